@@ -1,0 +1,47 @@
+#include "rt_moe/config.h"
+
+#include <fmt/format.h>
+
+#include "rt_moe/error.h"
+
+namespace rt_moe {
+
+const char* to_string(DType dtype) { return dtype == DType::kF16 ? "fp16" : "bf16"; }
+
+DType parse_dtype(const std::string& s) {
+  if (s == "fp16" || s == "f16" || s == "half" || s == "float16") return DType::kF16;
+  if (s == "bf16" || s == "bfloat16") return DType::kBF16;
+  throw Error(ErrorCode::kInvalidArgument, fmt::format("unknown dtype '{}' (want bf16 or fp16)", s));
+}
+
+void MoeConfig::validate() const {
+  auto fail = [](const std::string& what) { throw Error(ErrorCode::kInvalidArgument, what); };
+  // 16-byte vector loads of 2-byte elements need rows that are multiples of 8 elements.
+  if (d_hidden <= 0 || d_hidden % 8 != 0 || d_hidden > (1 << 20)) {
+    fail(fmt::format("d_hidden = {} must be a positive multiple of 8 up to 2^20", d_hidden));
+  }
+  if (d_expert <= 0 || d_expert % 8 != 0 || d_expert > (1 << 20)) {
+    fail(fmt::format("d_expert = {} must be a positive multiple of 8 up to 2^20", d_expert));
+  }
+  if (n_routed_experts <= 0 || n_routed_experts > 1024) {
+    fail(fmt::format("n_routed_experts = {} must be in [1, 1024]", n_routed_experts));
+  }
+  if (n_shared_experts < 0 || n_shared_experts > 64) {
+    fail(fmt::format("n_shared_experts = {} must be in [0, 64]", n_shared_experts));
+  }
+  if (top_k <= 0 || top_k > n_routed_experts || top_k > 64) {
+    fail(fmt::format("top_k = {} must be in [1, min(n_routed_experts = {}, 64)]", top_k,
+                     n_routed_experts));
+  }
+  if (!(routing.routed_scaling_factor > 0.0f) || routing.routed_scaling_factor > 1e6f) {
+    fail(fmt::format("routed_scaling_factor = {} must be positive and finite",
+                     routing.routed_scaling_factor));
+  }
+}
+
+std::string MoeConfig::describe() const {
+  return fmt::format("H={} I={} E={} S={} k={} {}", d_hidden, d_expert, n_routed_experts,
+                     n_shared_experts, top_k, to_string(dtype));
+}
+
+}  // namespace rt_moe

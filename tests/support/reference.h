@@ -1,0 +1,90 @@
+// The CPU reference of the MoE forward (../shared/REFERENCE.md), for tests and the benchmark's
+// --check. Inputs are already rounded to the activation dtype (stored as raw 16-bit patterns);
+// arithmetic is fp32 with the rounding points of the GPU pipeline:
+//   logits (fp32 dot) -> dtype; probs = softmax in fp32 over those -> dtype; top-k on the rounded
+//   probs, ties toward the lower expert index;
+//   h = dtype(SiLU(g) * u) with g, u fp32 dot products;  y = dtype(dot(h, w_down) * weight);
+//   out = dtype(sum over slots in order: routed slots 0..k-1 as chosen, then S shared chunks).
+// The shared expert of width S*I is computed as S chunks of width I, each with weight 1 (the same
+// function: the down projection sums over the intermediate dimension).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "rt_moe/config.h"
+
+namespace rt_moe::test {
+
+// fp16 / bf16 <-> fp32, round to nearest even; NaN stays NaN, overflow goes to Inf.
+std::uint16_t float_to_bits(DType dtype, float value);
+float bits_to_float(DType dtype, std::uint16_t bits);
+inline float round_to(DType dtype, float value) {
+  return bits_to_float(dtype, float_to_bits(dtype, value));
+}
+
+// N(0, 1) * scale rounded to `dtype`, from a counter-based generator: the same (seed, index) gives
+// the same value whatever the thread count. Uses all hardware threads.
+void fill_random(std::span<std::uint16_t> out, DType dtype, float scale, std::uint64_t seed);
+
+// Host weights in the layouts of REFERENCE.md section 1, raw dtype bits.
+struct HostWeights {
+  std::vector<std::uint16_t> router;       // [E, H]
+  std::vector<std::uint16_t> gate, up;     // [E, I, H]
+  std::vector<std::uint16_t> down;         // [E, H, I]
+  std::vector<std::uint16_t> shared_gate;  // [S*I, H] (empty when S == 0)
+  std::vector<std::uint16_t> shared_up;    // [S*I, H]
+  std::vector<std::uint16_t> shared_down;  // [H, S*I]
+};
+
+// The reference generator's scales: router ~ randn/sqrt(H); gate, up ~ randn/sqrt(I);
+// down ~ randn/sqrt(H); shared gate/up ~ randn/sqrt(S*I), shared down ~ randn/sqrt(H).
+HostWeights random_weights(const MoeConfig& config, std::uint64_t seed);
+std::vector<std::uint16_t> random_activations(const MoeConfig& config, std::int64_t tokens,
+                                              std::uint64_t seed);  // [T, H] ~ randn
+
+struct Routing {
+  std::int64_t tokens = 0;
+  std::int64_t top_k = 0;
+  std::vector<std::int32_t> ids;   // [T, k] chosen experts, in order of decreasing prob
+  std::vector<float> weights;      // [T, k] their (rounded) probs
+  std::vector<float> probs;        // [T, E] all rounded probs (for the tie rule)
+};
+
+Routing reference_routing(const MoeConfig& config, std::span<const std::uint16_t> x,
+                          std::span<const std::uint16_t> router, std::int64_t tokens);
+
+// The forward for the listed tokens only (all when `token_subset` is empty), with the given
+// routing decisions (ids and weights [T, k]). Returns fp32 values of the dtype-rounded outputs,
+// [token_subset.size() or T, H]. Multi-threaded over tokens.
+std::vector<float> reference_forward(const MoeConfig& config, const HostWeights& weights,
+                                     std::span<const std::uint16_t> x, std::int64_t tokens,
+                                     std::span<const std::int32_t> ids,
+                                     std::span<const float> topk_weights,
+                                     std::span<const std::int64_t> token_subset = {});
+
+// The accuracy rule of REFERENCE.md section 2: |out - ref| <= atol + rtol * |ref|, NaN/Inf where
+// ref is finite fails. `out` holds dtype bits, rows of `cols` elements.
+struct Comparison {
+  bool pass = false;
+  std::int64_t checked = 0;
+  std::int64_t bad = 0;
+  std::int64_t first_bad_row = -1, first_bad_col = -1;
+  float first_bad_out = 0, first_bad_ref = 0;
+  double max_abs_err = 0;
+  double rel_l2 = 0;  // ||out - ref|| / ||ref||
+  std::string describe() const;  // one line, with the first bad coordinate
+};
+Comparison compare(DType dtype, std::span<const std::uint16_t> out, std::span<const float> ref,
+                   std::int64_t cols, double atol = 1e-2, double rtol = 1e-2);
+
+// Routing check of REFERENCE.md section 2: returns a description of the first token whose chosen
+// set differs from the reference when its k-th and (k+1)-th probabilities are more than one ulp of
+// the dtype apart (or whose weights differ from the reference probs of the chosen experts);
+// empty when all tokens agree.
+std::string check_routing(const MoeConfig& config, const Routing& ref,
+                          std::span<const std::int32_t> ids, std::span<const float> weights);
+
+}  // namespace rt_moe::test
