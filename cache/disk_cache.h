@@ -3,10 +3,10 @@
 // Lookup order: memory -> disk (verified) -> compile. In one process each key is compiled once,
 // even when many threads ask for it at once. Entries are published atomically (written to a staging
 // file, fsync'ed, then linked into place; the loser of a race between processes keeps the winner's
-// entry), verified on load (size, checksum, ELF magic, stored preimage equal to the asked one), and a
-// bad entry is logged, removed and recompiled, never loaded. The directory is bounded in size with
-// LRU eviction (an entry's mtime is refreshed on every disk hit). A directory that cannot be used
-// degrades the cache to memory only, with one warning.
+// entry), verified on load (size, checksum, ELF magic, stored preimage equal to the asked one), and
+// a bad entry is logged, removed and recompiled, never loaded. The directory is bounded in size
+// with LRU eviction (an entry's mtime is refreshed on every disk hit). A directory that cannot be
+// used degrades the cache to memory only, with one warning.
 #pragma once
 
 #include <cstdint>
@@ -24,8 +24,8 @@
 namespace rt_moe::cache {
 
 struct CacheOptions {
-  std::string dir;                       // empty: memory only
-  bool disabled = false;                 // true: no disk at all (RT_MOE_DISABLE_CACHE=1)
+  std::string dir;                          // empty: memory only
+  bool disabled = false;                    // true: no disk at all (RT_MOE_DISABLE_CACHE=1)
   std::uint64_t max_bytes = 2048ull << 20;  // bound on the directory's entry bytes
 };
 
@@ -74,14 +74,21 @@ class CubinCache {
 
  private:
   struct Slot;
-  void evict_if_needed();
+  // Disk, else compile; no memory map, no store. Throws what `compile` throws.
+  Lookup resolve(const Preimage& preimage, const std::function<std::string()>& compile);
+  void evict_if_needed(const std::filesystem::path& keep);
+  void count(std::uint64_t CacheStats::*counter, std::uint64_t n = 1);
+  void store_failed(const std::filesystem::path& path, const std::string& why);
 
   std::filesystem::path dir_;  // <options.dir>/v<kSchemaVersion>
-  bool persistent_ = false;
+  bool persistent_ = false;    // set once by the constructor
   std::uint64_t max_bytes_ = 0;
+  // Guards slots_, stats_ and store_failure_warned_; never held while compiling or doing disk I/O.
   mutable std::mutex mutex_;
   std::unordered_map<Key, std::shared_ptr<Slot>, KeyHash> slots_;
   CacheStats stats_;
+  bool store_failure_warned_ = false;
+  std::mutex eviction_mutex_;  // one directory scan at a time in this process
 };
 
 }  // namespace rt_moe::cache

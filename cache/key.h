@@ -25,6 +25,9 @@ struct KeyHash {
   std::size_t operator()(const Key& key) const noexcept { return key.low ^ (key.high * 31); }
 };
 
+// The key of raw preimage bytes, as Preimage::key() computes it (used to check a stored preimage).
+Key key_of(std::string_view preimage_bytes);
+
 class Preimage {
  public:
   Preimage();  // starts with the field ("schema", kSchemaVersion)
