@@ -1,0 +1,76 @@
+// Kernel parameter structs, shared by host code and the kernel templates so that launch arguments
+// can never drift from the signatures. Each kernel takes one `const __grid_constant__` struct.
+// Only built-in types: NVRTC compiles this with no system header.
+#pragma once
+
+namespace rt_moe {
+
+// One expert's weights. Routed experts come first (E of them), then the S chunks of the shared
+// expert (each I wide, weight 1): the shared expert of width S*I is computed as S experts.
+struct ExpertWeights {
+  const void* gate;   // (I, H) rows of K = H contiguous
+  const void* up;     // (I, H)
+  const void* down;   // (H, I) this expert's columns, row stride down_ld
+  long long down_ld;  // I for routed experts, S*I for shared chunks
+};
+
+struct RouterParams {
+  const void* x;       // (T, H)
+  const void* router;  // (E, H)
+  float* logits;       // (T, E) fp32 values of the dtype-rounded logits
+  int tokens;
+};
+
+struct TopkParams {
+  const float* logits;   // (T, E)
+  int* topk_ids;         // (T, k)
+  float* topk_weights;   // (T, k) dtype-rounded
+  int* expert_counts;    // (E) routed pairs per expert, zeroed before the routing kernels
+  int tokens;
+  float routed_scaling_factor;
+};
+
+struct OffsetsParams {
+  const int* expert_counts;  // (E) routed pairs per expert
+  int* expert_fill;          // (E + S) zeroed here, filled by the scatter kernel
+  int* padded_offsets;       // (E + S + 1) start row of each expert, padded to BLOCK_M
+  int* block_expert;         // (max_blocks) expert of each row block
+  int* num_blocks;           // (1) row blocks in use
+  int* sorted_rows;          // (max_rows) padding rows are set to -1 here
+  int tokens;
+  int max_blocks;
+};
+
+struct ScatterParams {
+  const int* topk_ids;        // (T, k)
+  const int* padded_offsets;  // (E + S + 1)
+  int* expert_fill;           // (E + S)
+  int* sorted_rows;           // (max_rows) pair index t * (k + S) + slot, grouped by expert
+  int tokens;
+};
+
+struct GemmParams {
+  const void* a;                 // gate/up: x (T, H), rows gathered; down: h (max_rows, I)
+  void* out;                     // gate/up: h (max_rows, I); down: y (T * (k + S), H)
+  const ExpertWeights* experts;  // (E + S)
+  const int* sorted_rows;        // (max_rows)
+  const int* block_expert;       // (max_blocks)
+  const int* num_blocks;         // (1)
+  const float* topk_weights;     // (T, k), down only
+  int tokens;
+};
+
+struct CombineParams {
+  const void* y;  // (T, k + S, H)
+  void* out;      // (T, H)
+  int tokens;
+};
+
+// Written by every generated instantiation as `rt_moe_meta`, read by the host at load time, so the
+// block size and shared memory a kernel needs come from the kernel itself.
+struct KernelMeta {
+  int threads;
+  int smem_bytes;
+};
+
+}  // namespace rt_moe

@@ -1,0 +1,133 @@
+// Device helpers shared by the kernel families: 16-bit float types, conversions, and the PTX
+// wrappers (cp.async, ldmatrix, mma.sync). No CUDA header is included: NVRTC compiles the
+// templates with only the embedded headers, so every instruction is spelled out here.
+#pragma once
+
+#include "params.h"
+
+namespace rt_moe {
+
+struct F16 {};   // IEEE binary16
+struct BF16 {};  // bfloat16
+
+template <typename D>
+struct DTypeOps;
+
+template <>
+struct DTypeOps<F16> {
+  static __device__ __forceinline__ float to_float(unsigned short bits) {
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(bits));
+    return f;
+  }
+  static __device__ __forceinline__ unsigned short from_float(float f) {
+    unsigned short bits;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(bits) : "f"(f));
+    return bits;
+  }
+  // (lo, hi) -> one 32-bit register, lo in the low half.
+  static __device__ __forceinline__ unsigned pack2(float lo, float hi) {
+    unsigned bits;
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(bits) : "f"(hi), "f"(lo));
+    return bits;
+  }
+  static __device__ __forceinline__ void mma(float (&d)[4], const unsigned (&a)[4],
+                                             const unsigned (&b)[2]) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+  }
+};
+
+template <>
+struct DTypeOps<BF16> {
+  static __device__ __forceinline__ float to_float(unsigned short bits) {
+    return __uint_as_float(static_cast<unsigned>(bits) << 16);
+  }
+  static __device__ __forceinline__ unsigned short from_float(float f) {
+    unsigned short bits;
+    asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(bits) : "f"(f));
+    return bits;
+  }
+  static __device__ __forceinline__ unsigned pack2(float lo, float hi) {
+    unsigned bits;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(bits) : "f"(hi), "f"(lo));
+    return bits;
+  }
+  static __device__ __forceinline__ void mma(float (&d)[4], const unsigned (&a)[4],
+                                             const unsigned (&b)[2]) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+  }
+};
+
+// A 16-byte vector of 8 elements, as loaded and stored by every kernel.
+struct alignas(16) Vec8 {
+  unsigned w[4];
+};
+
+template <typename D>
+__device__ __forceinline__ void unpack8(const Vec8& v, float (&f)[8]) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    f[2 * i] = DTypeOps<D>::to_float(static_cast<unsigned short>(v.w[i] & 0xffffu));
+    f[2 * i + 1] = DTypeOps<D>::to_float(static_cast<unsigned short>(v.w[i] >> 16));
+  }
+}
+
+template <typename D>
+__device__ __forceinline__ Vec8 pack8(const float (&f)[8]) {
+  Vec8 v;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) v.w[i] = DTypeOps<D>::pack2(f[2 * i], f[2 * i + 1]);
+  return v;
+}
+
+template <typename D>
+__device__ __forceinline__ float round_to(float f) {
+  return DTypeOps<D>::to_float(DTypeOps<D>::from_float(f));
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  return v;
+}
+
+__device__ __forceinline__ unsigned smem_address(const void* p) {
+  unsigned address;
+  asm("{ .reg .u64 a; cvta.to.shared.u64 a, %1; cvt.u32.u64 %0, a; }" : "=r"(address) : "l"(p));
+  return address;
+}
+
+// 16-byte asynchronous copy global -> shared; with `valid` false the destination is zero-filled
+// and the source is not read.
+__device__ __forceinline__ void cp_async_16(unsigned dst, const void* src, bool valid) {
+  int src_bytes = valid ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src),
+               "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(N));
+}
+
+__device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], unsigned address) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(address));
+}
+
+}  // namespace rt_moe

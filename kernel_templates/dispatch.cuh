@@ -1,0 +1,92 @@
+// Dispatch: group the (token, slot) pairs by expert, on the device, with no host round trip.
+//
+// Offsets (one block): per expert (E routed, then S shared chunks that every token visits) the
+// count padded to BLOCK_M, an exclusive scan of those into padded_offsets, the expert of every
+// row block, the number of row blocks, -1 in each expert's padding rows, and the fill counters
+// zeroed for the scatter.
+//
+// Scatter (one thread per pair): each pair takes the next row of its expert's range. Rows within
+// an expert may come in any order from run to run; every output row depends only on its own
+// inputs, so the forward's result is the same bit for bit.
+#pragma once
+
+#include "common.cuh"
+
+namespace rt_moe {
+
+template <int E, int S, int K, int BLOCK_M>
+struct Offsets {
+  static constexpr int kThreads = 1024;
+  static constexpr int kSmemBytes = 0;
+  static constexpr int kExperts = E + S;
+  static constexpr int kPerLane = (kExperts + 31) / 32;  // experts each lane of warp 0 scans
+
+  static __device__ void run(const OffsetsParams& p) {
+    __shared__ int padded[kExperts + 1];
+    __shared__ int offsets[kExperts + 1];
+    for (int e = threadIdx.x; e < kExperts; e += kThreads) {
+      int count = e < E ? p.expert_counts[e] : p.tokens;
+      padded[e] = (count + BLOCK_M - 1) / BLOCK_M * BLOCK_M;
+      p.expert_fill[e] = 0;
+    }
+    __syncthreads();
+    if (threadIdx.x < 32) {
+      // Lane l scans experts [l * kPerLane, (l + 1) * kPerLane), then the lanes scan their sums.
+      const int lane = threadIdx.x;
+      int local = 0;
+      for (int i = 0; i < kPerLane; ++i) {
+        int e = lane * kPerLane + i;
+        if (e < kExperts) local += padded[e];
+      }
+      int inclusive = local;
+#pragma unroll
+      for (int offset = 1; offset < 32; offset <<= 1) {
+        int other = __shfl_up_sync(0xffffffffu, inclusive, offset);
+        if (lane >= offset) inclusive += other;
+      }
+      int running = inclusive - local;
+      for (int i = 0; i < kPerLane; ++i) {
+        int e = lane * kPerLane + i;
+        if (e < kExperts) {
+          offsets[e] = running;
+          running += padded[e];
+        }
+      }
+      if (lane == 31) offsets[kExperts] = inclusive;
+    }
+    __syncthreads();
+    const int total_blocks = offsets[kExperts] / BLOCK_M;
+    // The host sizes max_blocks for the worst case of this bucket; clamping only guards memory.
+    const int blocks = total_blocks < p.max_blocks ? total_blocks : p.max_blocks;
+    if (threadIdx.x == 0) *p.num_blocks = blocks;
+    for (int e = threadIdx.x; e <= kExperts; e += kThreads) p.padded_offsets[e] = offsets[e];
+    for (int e = threadIdx.x; e < kExperts; e += kThreads) {
+      int count = e < E ? p.expert_counts[e] : p.tokens;
+      int begin = offsets[e];
+      for (int r = begin + count; r < begin + padded[e]; ++r) {
+        if (r < blocks * BLOCK_M) p.sorted_rows[r] = -1;
+      }
+      for (int b = begin / BLOCK_M; b < (begin + padded[e]) / BLOCK_M && b < blocks; ++b) {
+        p.block_expert[b] = e;
+      }
+    }
+  }
+};
+
+template <int E, int S, int K>
+struct Scatter {
+  static constexpr int kThreads = 256;
+  static constexpr int kSmemBytes = 0;
+  static constexpr int kSlots = K + S;
+
+  static __device__ void run(const ScatterParams& p) {
+    const long long pair = (long long)blockIdx.x * kThreads + threadIdx.x;
+    if (pair >= (long long)p.tokens * kSlots) return;
+    const int token = (int)(pair / kSlots), slot = (int)(pair % kSlots);
+    const int expert = slot < K ? p.topk_ids[(long long)token * K + slot] : E + (slot - K);
+    const int row = p.padded_offsets[expert] + atomicAdd(&p.expert_fill[expert], 1);
+    p.sorted_rows[row] = (int)pair;
+  }
+};
+
+}  // namespace rt_moe

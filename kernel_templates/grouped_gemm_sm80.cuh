@@ -1,0 +1,210 @@
+// Grouped GEMM over the experts' row blocks, mma.sync (sm_80 and later), the portable path.
+//
+// Tiling: a block computes BLOCK_M rows x BLOCK_N columns of one expert, K in steps of BLOCK_K.
+// WARPS_M x WARPS_N warps each own a (BLOCK_M / WARPS_M) x (BLOCK_N / WARPS_N) tile of
+// m16n8k16 fragments. Pipeline: STAGES-deep cp.async ring of A and B tiles in shared memory, every
+// row 128 bytes with its 16-byte chunks XOR-swizzled by (row % 8), so ldmatrix reads are free of
+// bank conflicts; a K tail or a row beyond the matrix is zero-filled by cp.async.
+//
+// Modes:
+//   kGateUp: A = x rows gathered through sorted_rows (pair / (k + S) is the token; no permuted copy
+//     of x), B = the expert's gate and up rows interleaved per warp: of a warp's BLOCK_N / WARPS_N
+//     B rows, the first half are gate rows and the second half the up rows of the same output
+//     columns, so the epilogue has g and u of one column in one thread and writes
+//     h = SiLU(g) * u, BLOCK_N / 2 columns per block.
+//   kDown: A = h rows (sorted order), B = the expert's down rows; the epilogue scales by the pair's
+//     routing weight (1 for shared chunks) and writes y at the pair's row (t * (k + S) + slot).
+// Row blocks past num_blocks (the grid is sized for the bucket's worst case) exit at once.
+#pragma once
+
+#include "common.cuh"
+
+namespace rt_moe {
+
+enum GemmMode : int { kGateUp = 0, kDown = 1 };
+
+template <typename D, int H, int I, int E, int S, int K, int MODE, int BLOCK_M, int BLOCK_N,
+          int BLOCK_K, int WARPS_M, int WARPS_N, int STAGES>
+struct GroupedGemmSm80 {
+  static constexpr int kThreads = WARPS_M * WARPS_N * 32;
+  static constexpr int kSlots = K + S;
+  static constexpr int kReduce = MODE == kGateUp ? H : I;  // the GEMM's K
+  static constexpr int kWarpM = BLOCK_M / WARPS_M;
+  static constexpr int kWarpN = BLOCK_N / WARPS_N;
+  static constexpr int kFragsM = kWarpM / 16;
+  static constexpr int kFragsN = kWarpN / 8;
+  static constexpr int kChunksPerRow = BLOCK_K / 8;  // 16-byte chunks
+  static constexpr int kTileABytes = BLOCK_M * BLOCK_K * 2;
+  static constexpr int kTileBBytes = BLOCK_N * BLOCK_K * 2;
+  static constexpr int kStageBytes = kTileABytes + kTileBBytes;
+  static constexpr int kSmemBytes = STAGES * kStageBytes;
+  static constexpr int kItersA = BLOCK_M * kChunksPerRow / kThreads;
+  static constexpr int kItersB = BLOCK_N * kChunksPerRow / kThreads;
+
+  static_assert(BLOCK_K == 64, "the swizzle assumes 128-byte rows (64 elements)");
+  static_assert(kWarpM % 16 == 0, "BLOCK_M / WARPS_M must be a multiple of the mma's 16 rows");
+  static_assert(kWarpN % 16 == 0, "BLOCK_N / WARPS_N must be a multiple of 16 (ldmatrix.x4 of B)");
+  static_assert(MODE != kGateUp || kFragsN % 2 == 0, "gate and up halves need whole fragments");
+  static_assert(kItersA >= 1 && kItersA * kThreads == BLOCK_M * kChunksPerRow,
+                "A tile chunks must divide evenly among the threads");
+  static_assert(kItersB >= 1 && kItersB * kThreads == BLOCK_N * kChunksPerRow,
+                "B tile chunks must divide evenly among the threads");
+  static_assert(STAGES >= 2, "the pipeline needs at least two stages");
+  static_assert(kReduce % 8 == 0, "K must be a multiple of 8 for 16-byte loads");
+
+  // Byte offset of 16-byte chunk `chunk` of tile row `row`.
+  static __device__ __forceinline__ unsigned swizzle(int row, int chunk) {
+    return (unsigned)(row * kChunksPerRow + (chunk ^ (row & 7))) * 16u;
+  }
+
+  static __device__ void run(const GemmParams& p) {
+    extern __shared__ __align__(128) unsigned char smem[];
+    const int block_m = blockIdx.x;
+    if (block_m >= *p.num_blocks) return;
+    const int expert = p.block_expert[block_m];
+    const int m0 = block_m * BLOCK_M;
+    const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+    const int warp_m = warp / WARPS_N, warp_n = warp % WARPS_N;
+    const ExpertWeights w = p.experts[expert];
+    const unsigned short* a_base = reinterpret_cast<const unsigned short*>(p.a);
+
+    // Each thread copies the same chunk column of a few rows; find those rows' sources once.
+    const int chunk = tid % kChunksPerRow;
+    const unsigned short* a_rows[kItersA];
+    const unsigned short* b_rows[kItersB];
+#pragma unroll
+    for (int j = 0; j < kItersA; ++j) {
+      int r = (tid + j * kThreads) / kChunksPerRow;
+      int pair = p.sorted_rows[m0 + r];
+      if (MODE == kGateUp) {
+        a_rows[j] = pair >= 0 ? a_base + (long long)(pair / kSlots) * H : nullptr;
+      } else {
+        a_rows[j] = pair >= 0 ? a_base + (long long)(m0 + r) * I : nullptr;
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < kItersB; ++j) {
+      int r = (tid + j * kThreads) / kChunksPerRow;
+      if (MODE == kGateUp) {
+        int wn = r / kWarpN, q = r % kWarpN;
+        int col = blockIdx.y * (BLOCK_N / 2) + wn * (kWarpN / 2) + q % (kWarpN / 2);
+        const void* matrix = q < kWarpN / 2 ? w.gate : w.up;
+        b_rows[j] = col < I ? reinterpret_cast<const unsigned short*>(matrix) + (long long)col * H
+                            : nullptr;
+      } else {
+        int n = blockIdx.y * BLOCK_N + r;
+        b_rows[j] = n < H ? reinterpret_cast<const unsigned short*>(w.down) + (long long)n * w.down_ld
+                          : nullptr;
+      }
+    }
+
+    const unsigned smem_base = smem_address(smem);
+    auto load_stage = [&](int stage, int k_tile) {
+      const int k = k_tile * BLOCK_K + chunk * 8;
+      const bool k_ok = k < kReduce;
+      const unsigned a_smem = smem_base + stage * kStageBytes;
+      const unsigned b_smem = a_smem + kTileABytes;
+#pragma unroll
+      for (int j = 0; j < kItersA; ++j) {
+        int r = (tid + j * kThreads) / kChunksPerRow;
+        bool ok = k_ok && a_rows[j] != nullptr;
+        cp_async_16(a_smem + swizzle(r, chunk), ok ? a_rows[j] + k : a_base, ok);
+      }
+#pragma unroll
+      for (int j = 0; j < kItersB; ++j) {
+        int r = (tid + j * kThreads) / kChunksPerRow;
+        bool ok = k_ok && b_rows[j] != nullptr;
+        cp_async_16(b_smem + swizzle(r, chunk), ok ? b_rows[j] + k : a_base, ok);
+      }
+    };
+
+    float acc[kFragsM][kFragsN][4];
+#pragma unroll
+    for (int mi = 0; mi < kFragsM; ++mi)
+#pragma unroll
+      for (int ni = 0; ni < kFragsN; ++ni)
+#pragma unroll
+        for (int v = 0; v < 4; ++v) acc[mi][ni][v] = 0.f;
+
+    constexpr int kTiles = (kReduce + BLOCK_K - 1) / BLOCK_K;
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) {
+      if (s < kTiles) load_stage(s, s);
+      cp_async_commit();
+    }
+    for (int kt = 0; kt < kTiles; ++kt) {
+      cp_async_wait<STAGES - 2>();
+      __syncthreads();  // tile kt landed for all threads; stage (kt - 1) % STAGES is free
+      if (kt + STAGES - 1 < kTiles) load_stage((kt + STAGES - 1) % STAGES, kt + STAGES - 1);
+      cp_async_commit();
+
+      const unsigned a_smem = smem_base + (kt % STAGES) * kStageBytes;
+      const unsigned b_smem = a_smem + kTileABytes;
+#pragma unroll
+      for (int ks = 0; ks < BLOCK_K / 16; ++ks) {
+        unsigned a_frag[kFragsM][4];
+        unsigned b_frag[kFragsN][2];
+#pragma unroll
+        for (int mi = 0; mi < kFragsM; ++mi) {
+          int row = warp_m * kWarpM + mi * 16 + lane % 16;
+          ldmatrix_x4(a_frag[mi], a_smem + swizzle(row, ks * 2 + lane / 16));
+        }
+#pragma unroll
+        for (int nj = 0; nj < kFragsN / 2; ++nj) {
+          int row = warp_n * kWarpN + nj * 16 + (lane / 16) * 8 + lane % 8;
+          unsigned r[4];
+          ldmatrix_x4(r, b_smem + swizzle(row, ks * 2 + (lane / 8) % 2));
+          b_frag[2 * nj][0] = r[0];
+          b_frag[2 * nj][1] = r[1];
+          b_frag[2 * nj + 1][0] = r[2];
+          b_frag[2 * nj + 1][1] = r[3];
+        }
+#pragma unroll
+        for (int mi = 0; mi < kFragsM; ++mi)
+#pragma unroll
+          for (int ni = 0; ni < kFragsN; ++ni) DTypeOps<D>::mma(acc[mi][ni], a_frag[mi], b_frag[ni]);
+      }
+    }
+    cp_async_wait<0>();
+
+    // Epilogue. Fragment element v of acc[mi][ni]: row lane / 4 (+ 8 for v >= 2), column
+    // (lane % 4) * 2 + (v & 1).
+    unsigned* out = reinterpret_cast<unsigned*>(p.out);
+#pragma unroll
+    for (int mi = 0; mi < kFragsM; ++mi) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int row = m0 + warp_m * kWarpM + mi * 16 + lane / 4 + half * 8;
+        if (MODE == kGateUp) {
+#pragma unroll
+          for (int ni = 0; ni < kFragsN / 2; ++ni) {
+            const int col = blockIdx.y * (BLOCK_N / 2) + warp_n * (kWarpN / 2) + ni * 8 + (lane % 4) * 2;
+            if (col < I) {
+              float g0 = acc[mi][ni][half * 2], g1 = acc[mi][ni][half * 2 + 1];
+              float u0 = acc[mi][ni + kFragsN / 2][half * 2], u1 = acc[mi][ni + kFragsN / 2][half * 2 + 1];
+              float h0 = g0 / (1.f + __expf(-g0)) * u0;
+              float h1 = g1 / (1.f + __expf(-g1)) * u1;
+              out[((long long)row * I + col) / 2] = DTypeOps<D>::pack2(h0, h1);
+            }
+          }
+        } else {
+          const int pair = p.sorted_rows[row];
+          if (pair >= 0) {
+            const int token = pair / kSlots, slot = pair % kSlots;
+            const float weight = slot < K ? p.topk_weights[(long long)token * K + slot] : 1.f;
+#pragma unroll
+            for (int ni = 0; ni < kFragsN; ++ni) {
+              const int col = blockIdx.y * BLOCK_N + warp_n * kWarpN + ni * 8 + (lane % 4) * 2;
+              if (col < H) {
+                out[((long long)pair * H + col) / 2] = DTypeOps<D>::pack2(
+                    acc[mi][ni][half * 2] * weight, acc[mi][ni][half * 2 + 1] * weight);
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+};
+
+}  // namespace rt_moe

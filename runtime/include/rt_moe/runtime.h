@@ -1,0 +1,78 @@
+// MoeRuntime: the forward pass of one MoE layer on an NVIDIA GPU.
+//
+//   rt_moe::MoeRuntime moe(config);           // picks the device's exact arch (sm_90a on H200)
+//   moe.prepare(weights);                     // device pointers, layouts of REFERENCE.md
+//   moe.reserve(max_tokens);                  // optional: compile/load and size up front
+//   moe.forward(x, out, tokens, stream);      // stream-ordered, no host sync, graph-capturable
+//
+// The runtime works in the device's primary context (the one the CUDA runtime uses), so pointers
+// from cudaMalloc and streams from cudaStreamCreate can be passed as they are.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "rt_moe/config.h"
+#include "rt_moe/error.h"
+
+struct CUstream_st;  // cudaStream_t and CUstream are both CUstream_st*
+
+namespace rt_moe {
+
+// Device pointers in the layouts of ../shared/REFERENCE.md section 1 (nn.Linear: [out, in], K
+// contiguous), all of the config's dtype, each 16-byte aligned. The runtime reads them in place:
+// `prepare` builds only a small table of per-expert pointers, so the weights must stay alive and
+// unchanged while the runtime uses them.
+struct MoeWeights {
+  const void* router = nullptr;       // [E, H]
+  const void* gate = nullptr;         // [E, I, H]
+  const void* up = nullptr;           // [E, I, H]
+  const void* down = nullptr;         // [E, H, I]
+  const void* shared_gate = nullptr;  // [S*I, H], when S > 0
+  const void* shared_up = nullptr;    // [S*I, H]
+  const void* shared_down = nullptr;  // [H, S*I]
+};
+
+struct RuntimeOptions {
+  int device = 0;    // CUDA device ordinal
+  std::string arch;  // compile target; empty: the device's exact arch
+};
+
+class MoeRuntime {
+ public:
+  explicit MoeRuntime(const MoeConfig& config, const RuntimeOptions& options = {});
+  ~MoeRuntime();
+  MoeRuntime(MoeRuntime&&) noexcept;
+  MoeRuntime& operator=(MoeRuntime&&) noexcept;
+
+  // Validates the pointers and builds the expert table. Synchronous; call again to swap weights.
+  void prepare(const MoeWeights& weights);
+
+  // Loads (compiling on a cache miss) every kernel of the buckets up to `max_tokens` and sizes the
+  // workspace for them, so later forwards allocate nothing: call before capturing a CUDA graph.
+  void reserve(std::int64_t max_tokens);
+
+  // out[T, H] = MoE(x[T, H]). T = 0 returns at once. Stream-ordered: no host synchronisation, no
+  // allocation once the bucket was reserved or seen. Throws Error for bad arguments.
+  void forward(const void* x, void* out, std::int64_t tokens, CUstream_st* stream);
+
+  // Device pointers to the routing decisions of the last forward ([T, k] expert ids and weights),
+  // valid until the next forward. For tests and debugging.
+  struct RoutingView {
+    const std::int32_t* topk_ids = nullptr;
+    const float* topk_weights = nullptr;
+    std::int64_t tokens = 0;
+  };
+  RoutingView last_routing() const;
+
+  const MoeConfig& config() const;
+  // One line for logs and the benchmark: the bucket and the kernels a forward of `tokens` runs.
+  std::string describe(std::int64_t tokens) const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace rt_moe

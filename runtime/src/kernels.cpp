@@ -1,0 +1,103 @@
+#include "kernels.h"
+
+#include <fmt/format.h>
+
+#include <chrono>
+
+#include "base/env.h"
+#include "base/log.h"
+#include "compiler.h"
+#include "embedded_files.h"
+#include "params.h"
+
+namespace rt_moe {
+
+std::string KernelSpec::source() const {
+  return fmt::format(
+      "#include \"{0}\"\n"
+      "using RtMoeKernel = {1};\n"
+      "extern \"C\" __global__ void __launch_bounds__(RtMoeKernel::kThreads)\n"
+      "{3}(const __grid_constant__ {2} params) {{ RtMoeKernel::run(params); }}\n"
+      "extern \"C\" __device__ rt_moe::KernelMeta {4} = {{RtMoeKernel::kThreads, "
+      "RtMoeKernel::kSmemBytes}};\n",
+      header, instance, params, kEntryName, kMetaName);
+}
+
+cache::Preimage KernelSpec::preimage(const std::string& arch) const {
+  cache::Preimage preimage;
+  preimage.add("source", source());
+  // Every embedded template, not only the included one: cheap, and never stale.
+  for (const auto& file : detail::embedded_files()) {
+    preimage.add(std::string("header:") + std::string(file.name), file.data);
+  }
+  preimage.add("options", fmt::format("{}", fmt::join(nvrtc::options(arch), "\x1f")));
+  preimage.add("arch", arch);
+  preimage.add("nvrtc", nvrtc::version());
+  return preimage;
+}
+
+cache::CubinCache& cubin_cache() {
+  static cache::CubinCache instance(cache::options_from_env());
+  return instance;
+}
+
+CompiledCubin compile_cubin(const KernelSpec& spec, const std::string& arch) {
+  auto start = std::chrono::steady_clock::now();
+  cache::Lookup lookup = cubin_cache().get_or_compile(spec.preimage(arch), [&] {
+    nvrtc::Request request;
+    request.name = spec.name();
+    request.source = spec.source();
+    request.arch = arch;
+    request.name_expressions = {std::string("&") + kMetaName};
+    return nvrtc::compile(request).cubin;
+  });
+  CompiledCubin result;
+  result.cubin = std::move(lookup.binary);
+  result.source = lookup.source;
+  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return result;
+}
+
+const Kernel& KernelCache::get(const KernelSpec& spec) {
+  std::string source = spec.source();
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (auto it = loaded_.find(source); it != loaded_.end()) return it->second->kernel;
+
+  CompiledCubin cubin = compile_cubin(spec, arch_);
+  auto start = std::chrono::steady_clock::now();
+  driver::ScopedContext scope(context_);
+  auto entry = std::make_unique<Entry>();
+  CUmodule module = nullptr;
+  RT_MOE_CALL(cuModuleLoadData, &module, cubin.cubin->data());
+  entry->module = driver::Module(module);
+  Kernel& kernel = entry->kernel;
+  kernel.name = spec.name();
+  RT_MOE_CALL(cuModuleGetFunction, &kernel.function, module, kEntryName);
+  CUdeviceptr meta_ptr = 0;
+  std::size_t meta_bytes = 0;
+  RT_MOE_CALL(cuModuleGetGlobal, &meta_ptr, &meta_bytes, module, kMetaName);
+  if (meta_bytes != sizeof(KernelMeta)) {
+    throw Error(ErrorCode::kInternal, fmt::format("{}: {} is {} bytes, expected {}", kernel.name,
+                                                  kMetaName, meta_bytes, sizeof(KernelMeta)));
+  }
+  KernelMeta meta{};
+  RT_MOE_CALL(cuMemcpyDtoH, &meta, meta_ptr, sizeof(meta));
+  kernel.threads = meta.threads;
+  kernel.smem_bytes = meta.smem_bytes;
+  if (kernel.smem_bytes > 48 * 1024) {
+    RT_MOE_CALL(cuFuncSetAttribute, kernel.function,
+                CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, kernel.smem_bytes);
+  }
+  double load_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  static constexpr const char* kSources[] = {"memory", "disk", "compiled"};
+  log().debug("kernel {} ready: cubin from {} in {:.3f} s, module load {:.3f} s ({} threads, {} B "
+              "shared)",
+              kernel.name, kSources[int(cubin.source)], cubin.seconds, load_seconds,
+              kernel.threads, kernel.smem_bytes);
+  const Kernel& result = entry->kernel;
+  loaded_.emplace(std::move(source), std::move(entry));
+  return result;
+}
+
+}  // namespace rt_moe

@@ -1,0 +1,89 @@
+// From a kernel spec to a launchable kernel: the generated instantiation, its cache preimage, the
+// process-wide cubin cache, and the per-context map of loaded modules.
+#pragma once
+
+#include <cuda.h>
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <type_traits>
+#include <unordered_map>
+
+#include "disk_cache.h"
+#include "driver.h"
+
+namespace rt_moe {
+
+// One instantiation of a kernel template. `source()` is all NVRTC compiles besides the embedded
+// templates: an include, a type alias, the fixed extern "C" entry and the meta record.
+struct KernelSpec {
+  std::string family;    // e.g. "grouped_gemm_sm80", for logs and tools
+  std::string header;    // template file, e.g. "grouped_gemm_sm80.cuh"
+  std::string instance;  // e.g. "rt_moe::Combine<rt_moe::BF16, 7168, 9>"
+  std::string params;    // parameter struct, e.g. "rt_moe::CombineParams"
+
+  std::string source() const;
+  // Everything that affects the cubin: schema (added by Preimage), source, the bytes of every
+  // embedded template, NVRTC's options, the exact arch and NVRTC's version.
+  cache::Preimage preimage(const std::string& arch) const;
+  std::string name() const { return instance; }
+};
+
+inline constexpr const char* kEntryName = "rt_moe_entry";
+inline constexpr const char* kMetaName = "rt_moe_meta";
+
+// The process-wide cubin cache, configured from the environment on first use.
+cache::CubinCache& cubin_cache();
+
+struct CompiledCubin {
+  std::shared_ptr<const std::string> cubin;
+  cache::Source source = cache::Source::kCompiled;
+  double seconds = 0;  // time to get it (compile, disk load or memory hit)
+};
+
+// Needs NVRTC (on a miss) but no GPU: what rt_moe_prewarm calls.
+CompiledCubin compile_cubin(const KernelSpec& spec, const std::string& arch);
+
+struct Kernel {
+  CUfunction function = nullptr;
+  int threads = 0;
+  int smem_bytes = 0;
+  std::string name;
+};
+
+// Loaded kernels of one context. get() is thread-safe and loads each spec once.
+class KernelCache {
+ public:
+  KernelCache(CUcontext context, std::string arch) : context_(context), arch_(std::move(arch)) {}
+  const Kernel& get(const KernelSpec& spec);
+  const std::string& arch() const { return arch_; }
+
+ private:
+  struct Entry {
+    driver::Module module;
+    Kernel kernel;
+  };
+  CUcontext context_;
+  std::string arch_;
+  std::mutex mutex_;
+  std::unordered_map<std::string, std::unique_ptr<Entry>> loaded_;  // by source
+};
+
+struct Dim3 {
+  unsigned x = 1, y = 1, z = 1;
+};
+
+// Launches with the kernel's own block size and shared memory, passing `params` by value as the
+// kernel's one __grid_constant__ argument.
+template <typename Params>
+void launch(const Kernel& kernel, Dim3 grid, const Params& params, CUstream stream) {
+  static_assert(std::is_trivially_copyable_v<Params>, "kernel parameters are copied as bytes");
+  void* args[] = {const_cast<Params*>(&params)};
+  driver::check(driver::api().cuLaunchKernel(kernel.function, grid.x, grid.y, grid.z,
+                                             unsigned(kernel.threads), 1, 1,
+                                             unsigned(kernel.smem_bytes), stream, args, nullptr),
+                kernel.name.c_str(), __FILE__, __LINE__);
+}
+
+}  // namespace rt_moe

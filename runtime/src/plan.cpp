@@ -1,0 +1,46 @@
+#include "plan.h"
+
+#include <algorithm>
+
+namespace rt_moe {
+namespace {
+
+std::size_t align_up(std::size_t v) { return (v + 255) / 256 * 256; }
+
+}  // namespace
+
+std::int64_t max_row_blocks(const MoeConfig& c, std::int64_t tokens, int block_m) {
+  const std::int64_t pairs = tokens * (c.top_k + c.n_shared_experts);
+  const std::int64_t experts = c.n_routed_experts + c.n_shared_experts;
+  return (pairs + block_m - 1) / block_m + std::min(experts, pairs);
+}
+
+WorkspaceLayout workspace_layout(const MoeConfig& c, std::int64_t max_tokens, int block_m) {
+  WorkspaceLayout l;
+  const std::int64_t T = max_tokens, E = c.n_routed_experts, S = c.n_shared_experts;
+  const std::int64_t k = c.top_k, slots = k + S;
+  l.max_tokens = T;
+  l.max_blocks = max_row_blocks(c, T, block_m);
+  l.max_rows = l.max_blocks * block_m;
+  std::size_t at = 0;
+  auto take = [&](std::size_t bytes) {
+    std::size_t offset = at;
+    at = align_up(at + bytes);
+    return offset;
+  };
+  l.logits = take(sizeof(float) * T * E);
+  l.topk_ids = take(sizeof(int) * T * k);
+  l.topk_weights = take(sizeof(float) * T * k);
+  l.counts = take(sizeof(int) * E);
+  l.fill = take(sizeof(int) * (E + S));
+  l.padded_offsets = take(sizeof(int) * (E + S + 1));
+  l.block_expert = take(sizeof(int) * l.max_blocks);
+  l.num_blocks = take(sizeof(int));
+  l.sorted_rows = take(sizeof(int) * l.max_rows);
+  l.h = take(std::size_t(dtype_bytes(c.dtype)) * l.max_rows * c.d_expert);
+  l.y = take(std::size_t(dtype_bytes(c.dtype)) * T * slots * c.d_hidden);
+  l.bytes = at;
+  return l;
+}
+
+}  // namespace rt_moe

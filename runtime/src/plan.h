@@ -1,0 +1,53 @@
+// A launch plan: for one bucket, the loaded kernels of every stage, the tile, and the workspace
+// layout. Built once per bucket and reused by every forward of it.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+
+#include "bucket.h"
+#include "kernels.h"
+#include "specs.h"
+
+namespace rt_moe {
+
+// Byte offsets of the forward's scratch arrays in the workspace, sized for a bucket.
+struct WorkspaceLayout {
+  std::int64_t max_tokens = 0;
+  std::int64_t max_blocks = 0;  // row blocks of BLOCK_M, worst case
+  std::int64_t max_rows = 0;    // max_blocks * BLOCK_M
+  std::size_t logits = 0;        // float (T, E)
+  std::size_t topk_ids = 0;      // int (T, k)
+  std::size_t topk_weights = 0;  // float (T, k)
+  std::size_t counts = 0;        // int (E)
+  std::size_t fill = 0;          // int (E + S)
+  std::size_t padded_offsets = 0;  // int (E + S + 1)
+  std::size_t block_expert = 0;    // int (max_blocks)
+  std::size_t num_blocks = 0;      // int (1)
+  std::size_t sorted_rows = 0;     // int (max_rows)
+  std::size_t h = 0;               // dtype (max_rows, I)
+  std::size_t y = 0;               // dtype (T * (k + S), H)
+  std::size_t bytes = 0;           // total
+};
+
+// Row blocks needed in the worst case for `tokens`: every pair, plus one partial block for each
+// expert that can be non-empty.
+std::int64_t max_row_blocks(const MoeConfig& config, std::int64_t tokens, int block_m);
+
+WorkspaceLayout workspace_layout(const MoeConfig& config, std::int64_t max_tokens, int block_m);
+
+struct LaunchPlan {
+  Bucket bucket;
+  GemmTile tile;
+  WorkspaceLayout layout;
+  const Kernel* router = nullptr;
+  const Kernel* topk = nullptr;
+  const Kernel* offsets = nullptr;
+  const Kernel* scatter = nullptr;
+  const Kernel* gate_up = nullptr;
+  const Kernel* down = nullptr;
+  const Kernel* combine = nullptr;
+};
+
+}  // namespace rt_moe

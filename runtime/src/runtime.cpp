@@ -1,0 +1,276 @@
+#include "rt_moe/runtime.h"
+
+#include <fmt/format.h>
+
+#include <climits>
+#include <future>
+#include <map>
+#include <mutex>
+#include <vector>
+
+#include "base/log.h"
+#include "driver.h"
+#include "kernels.h"
+#include "params.h"
+#include "plan.h"
+#include "specs.h"
+
+namespace rt_moe {
+namespace {
+
+bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
+
+void check_pointer(const void* p, const char* name) {
+  if (p == nullptr) {
+    throw Error(ErrorCode::kInvalidArgument, fmt::format("{} is a null pointer", name));
+  }
+  if (!aligned16(p)) {
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("{} = {} is not 16-byte aligned (the kernels load 16-byte vectors)",
+                            name, p));
+  }
+}
+
+unsigned ceil_div(std::int64_t a, std::int64_t b) { return unsigned((a + b - 1) / b); }
+
+}  // namespace
+
+struct MoeRuntime::Impl {
+  MoeConfig config;
+  driver::PrimaryContext context;
+  driver::DeviceInfo device;
+  std::unique_ptr<KernelCache> kernels;
+  driver::DeviceBuffer experts;  // ExpertWeights[E + S]
+  const void* router = nullptr;
+  bool prepared = false;
+  driver::DeviceBuffer workspace;
+  std::mutex mutex;  // guards plans and workspace growth
+  std::map<std::int64_t, LaunchPlan> plans;  // by group_sum_max
+  const LaunchPlan* last_plan = nullptr;
+  std::int64_t last_tokens = 0;
+
+  // Largest T such that every 32-bit index (pairs, sorted rows) stays in range.
+  std::int64_t max_tokens() const {
+    const std::int64_t slots = config.top_k + config.n_shared_experts;
+    const std::int64_t experts = config.n_routed_experts + config.n_shared_experts;
+    return (INT_MAX - experts * 128) / slots / 2;
+  }
+
+  const LaunchPlan& plan_for(std::int64_t tokens, CUstream stream_for_capture_check) {
+    Bucket bucket = bucket_for(config, tokens);
+    std::lock_guard<std::mutex> lock(mutex);
+    if (auto it = plans.find(bucket.group_sum_max); it != plans.end()) return it->second;
+    if (stream_for_capture_check != nullptr) {
+      CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+      RT_MOE_CALL(cuStreamGetCaptureInfo, stream_for_capture_check, &status, nullptr, nullptr,
+                  nullptr, nullptr, nullptr);
+      if (status != CU_STREAM_CAPTURE_STATUS_NONE) {
+        throw Error(ErrorCode::kInvalidArgument,
+                    fmt::format("forward of {} tokens during stream capture needs bucket {} "
+                                "(up to {} tokens), which is not loaded yet: call reserve({}) "
+                                "before capturing",
+                                tokens, bucket.group_sum_max, bucket.max_tokens, tokens));
+      }
+    }
+    LaunchPlan plan;
+    plan.bucket = bucket;
+    plan.tile = default_tile(config, bucket.max_tokens);
+    std::vector<KernelSpec> specs = forward_specs(config, plan.tile);
+    // Compile (or load from disk) all stages in parallel; module loads then happen here.
+    std::vector<std::future<CompiledCubin>> compiled;
+    for (const KernelSpec& spec : specs) {
+      compiled.push_back(std::async(std::launch::async, [&spec, this] {
+        return compile_cubin(spec, kernels->arch());
+      }));
+    }
+    for (auto& f : compiled) f.get();
+    std::vector<const Kernel*> loaded;
+    for (const KernelSpec& spec : specs) loaded.push_back(&kernels->get(spec));
+    plan.router = loaded[0];
+    plan.topk = loaded[1];
+    plan.offsets = loaded[2];
+    plan.scatter = loaded[3];
+    plan.gate_up = loaded[4];
+    plan.down = loaded[5];
+    plan.combine = loaded[6];
+    plan.layout = workspace_layout(config, bucket.max_tokens, plan.tile.block_m);
+    if (plan.layout.bytes > workspace.bytes()) {
+      // Growing frees the old workspace, which forwards in flight may still use.
+      driver::ScopedContext scope(context.get());
+      RT_MOE_CALL(cuCtxSynchronize);
+      workspace.reset();
+      workspace = driver::DeviceBuffer(plan.layout.bytes);
+      log().debug("workspace grown to {:.1f} MiB for bucket {} ({} tokens)",
+                  plan.layout.bytes / 1048576.0, bucket.group_sum_max, bucket.max_tokens);
+    }
+    log().debug("plan for bucket {} (<= {} tokens): tile {}", bucket.group_sum_max,
+                bucket.max_tokens, plan.tile.describe());
+    return plans.emplace(bucket.group_sum_max, std::move(plan)).first->second;
+  }
+};
+
+MoeRuntime::MoeRuntime(const MoeConfig& config, const RuntimeOptions& options)
+    : impl_(std::make_unique<Impl>()) {
+  config.validate();
+  impl_->config = config;
+  if (config.routing.score != RoutingConfig::Score::kSoftmax) {
+    throw Error(ErrorCode::kUnsupported, "sigmoid routing scores are not implemented yet");
+  }
+  int count = 0;
+  RT_MOE_CALL(cuDeviceGetCount, &count);
+  if (options.device < 0 || options.device >= count) {
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("device = {} but {} CUDA device(s) are visible", options.device, count));
+  }
+  impl_->context = driver::PrimaryContext(options.device);
+  impl_->device = driver::device_info(options.device);
+  if (impl_->device.cc_major < 8) {
+    throw Error(ErrorCode::kUnsupported,
+                fmt::format("{} is sm_{}{}: rt_moe needs sm_80 or newer (mma.sync bf16)",
+                            impl_->device.name, impl_->device.cc_major, impl_->device.cc_minor));
+  }
+  std::string arch = options.arch.empty() ? impl_->device.arch() : options.arch;
+  impl_->kernels = std::make_unique<KernelCache>(impl_->context.get(), arch);
+  log().debug("MoeRuntime on {} ({}, {} SMs): {}", impl_->device.name, arch,
+              impl_->device.sm_count, config.describe());
+}
+
+MoeRuntime::~MoeRuntime() = default;
+MoeRuntime::MoeRuntime(MoeRuntime&&) noexcept = default;
+MoeRuntime& MoeRuntime::operator=(MoeRuntime&&) noexcept = default;
+
+const MoeConfig& MoeRuntime::config() const { return impl_->config; }
+
+void MoeRuntime::prepare(const MoeWeights& w) {
+  const MoeConfig& c = impl_->config;
+  check_pointer(w.router, "weights.router");
+  check_pointer(w.gate, "weights.gate");
+  check_pointer(w.up, "weights.up");
+  check_pointer(w.down, "weights.down");
+  if (c.n_shared_experts > 0) {
+    check_pointer(w.shared_gate, "weights.shared_gate");
+    check_pointer(w.shared_up, "weights.shared_up");
+    check_pointer(w.shared_down, "weights.shared_down");
+  }
+  const std::int64_t H = c.d_hidden, I = c.d_expert, E = c.n_routed_experts;
+  const std::int64_t S = c.n_shared_experts, bytes = dtype_bytes(c.dtype);
+  auto at = [bytes](const void* base, std::int64_t elements) {
+    return static_cast<const char*>(base) + elements * bytes;
+  };
+  std::vector<ExpertWeights> table(E + S);
+  for (std::int64_t e = 0; e < E; ++e) {
+    table[e] = {at(w.gate, e * I * H), at(w.up, e * I * H), at(w.down, e * H * I), I};
+  }
+  for (std::int64_t j = 0; j < S; ++j) {
+    // Chunk j of the shared expert: gate/up rows [j*I, (j+1)*I), down columns [j*I, (j+1)*I).
+    table[E + j] = {at(w.shared_gate, j * I * H), at(w.shared_up, j * I * H),
+                    at(w.shared_down, j * I), S * I};
+  }
+  driver::ScopedContext scope(impl_->context.get());
+  if (impl_->experts.bytes() != table.size() * sizeof(ExpertWeights)) {
+    impl_->experts = driver::DeviceBuffer(table.size() * sizeof(ExpertWeights));
+  }
+  // Synchronous copy: forwards issued before a re-prepare have been ordered by the caller.
+  impl_->experts.upload(table.data(), table.size() * sizeof(ExpertWeights));
+  impl_->router = w.router;
+  impl_->prepared = true;
+}
+
+void MoeRuntime::reserve(std::int64_t max_tokens) {
+  if (max_tokens < 1 || max_tokens > impl_->max_tokens()) {
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("reserve: max_tokens = {} must be in [1, {}]", max_tokens,
+                            impl_->max_tokens()));
+  }
+  for (const Bucket& b : bucket_ladder(impl_->config, max_tokens)) {
+    impl_->plan_for(b.max_tokens, nullptr);
+  }
+}
+
+void MoeRuntime::forward(const void* x, void* out, std::int64_t tokens, CUstream_st* stream) {
+  Impl& m = *impl_;
+  if (tokens < 0 || tokens > m.max_tokens()) {
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("forward: tokens = {} must be in [0, {}]", tokens, m.max_tokens()));
+  }
+  if (tokens == 0) return;
+  if (!m.prepared) {
+    throw Error(ErrorCode::kInvalidArgument, "forward before prepare(): no weights are set");
+  }
+  check_pointer(x, "x");
+  check_pointer(out, "out");
+  const MoeConfig& c = m.config;
+  driver::ScopedContext scope(m.context.get());
+  const LaunchPlan& plan = m.plan_for(tokens, stream);
+  const WorkspaceLayout& l = plan.layout;
+  const CUdeviceptr ws = m.workspace.get();
+  auto ptr = [ws](std::size_t offset) { return reinterpret_cast<void*>(ws + offset); };
+  const int T = int(tokens);
+  const std::int64_t E = c.n_routed_experts, S = c.n_shared_experts, k = c.top_k;
+  const std::int64_t slots = k + S;
+
+  RT_MOE_CALL(cuMemsetD32Async, ws + l.counts, 0, std::size_t(E), stream);
+
+  RouterParams router{x, m.router, static_cast<float*>(ptr(l.logits)), T};
+  launch(*plan.router, {ceil_div(T, kRouterTokensPerBlock), ceil_div(E, kRouterWarps)}, router,
+         stream);
+
+  TopkParams topk{static_cast<const float*>(ptr(l.logits)), static_cast<int*>(ptr(l.topk_ids)),
+                  static_cast<float*>(ptr(l.topk_weights)), static_cast<int*>(ptr(l.counts)), T,
+                  c.routing.routed_scaling_factor};
+  launch(*plan.topk, {ceil_div(T, kTopkWarps)}, topk, stream);
+
+  const std::int64_t blocks = max_row_blocks(c, T, plan.tile.block_m);
+  OffsetsParams offsets{static_cast<const int*>(ptr(l.counts)), static_cast<int*>(ptr(l.fill)),
+                        static_cast<int*>(ptr(l.padded_offsets)),
+                        static_cast<int*>(ptr(l.block_expert)),
+                        static_cast<int*>(ptr(l.num_blocks)),
+                        static_cast<int*>(ptr(l.sorted_rows)), T, int(blocks)};
+  launch(*plan.offsets, {1}, offsets, stream);
+
+  ScatterParams scatter{static_cast<const int*>(ptr(l.topk_ids)),
+                        static_cast<const int*>(ptr(l.padded_offsets)),
+                        static_cast<int*>(ptr(l.fill)), static_cast<int*>(ptr(l.sorted_rows)), T};
+  launch(*plan.scatter, {ceil_div(T * slots, 256)}, scatter, stream);
+
+  const auto* experts = m.experts.as<const ExpertWeights>();
+  GemmParams gate_up{x,
+                     ptr(l.h),
+                     experts,
+                     static_cast<const int*>(ptr(l.sorted_rows)),
+                     static_cast<const int*>(ptr(l.block_expert)),
+                     static_cast<const int*>(ptr(l.num_blocks)),
+                     static_cast<const float*>(ptr(l.topk_weights)),
+                     T};
+  launch(*plan.gate_up,
+         {unsigned(blocks), ceil_div(c.d_expert, plan.tile.block_n / 2)}, gate_up, stream);
+
+  GemmParams down = gate_up;
+  down.a = ptr(l.h);
+  down.out = ptr(l.y);
+  launch(*plan.down, {unsigned(blocks), ceil_div(c.d_hidden, plan.tile.block_n)}, down, stream);
+
+  CombineParams combine{ptr(l.y), out, T};
+  launch(*plan.combine, {ceil_div(std::int64_t(T) * (c.d_hidden / 8), 256)}, combine, stream);
+
+  m.last_plan = &plan;
+  m.last_tokens = tokens;
+}
+
+MoeRuntime::RoutingView MoeRuntime::last_routing() const {
+  const Impl& m = *impl_;
+  if (m.last_plan == nullptr) return {};
+  const CUdeviceptr ws = m.workspace.get();
+  return {reinterpret_cast<const std::int32_t*>(ws + m.last_plan->layout.topk_ids),
+          reinterpret_cast<const float*>(ws + m.last_plan->layout.topk_weights), m.last_tokens};
+}
+
+std::string MoeRuntime::describe(std::int64_t tokens) const {
+  const MoeConfig& c = impl_->config;
+  Bucket b = bucket_for(c, std::max<std::int64_t>(tokens, 1));
+  GemmTile tile = default_tile(c, b.max_tokens);
+  return fmt::format("bucket {} (<= {} tokens), grouped_gemm_sm80 tile {}", b.group_sum_max,
+                     b.max_tokens, tile.describe());
+}
+
+}  // namespace rt_moe

@@ -1,0 +1,46 @@
+// The kernel specs of one forward: which template instance each stage runs for a config and a
+// tile choice. The only place that spells template arguments; a new variant is a new function
+// here plus its template.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "kernels.h"
+#include "rt_moe/config.h"
+
+namespace rt_moe {
+
+// Tile of the mma.sync grouped GEMM (grouped_gemm_sm80.cuh).
+struct GemmTile {
+  int block_m = 64;
+  int block_n = 128;
+  int block_k = 64;
+  int warps_m = 2;
+  int warps_n = 2;
+  int stages = 4;
+  std::string describe() const;  // "64x128x64 w2x2 s4"
+  friend bool operator==(const GemmTile&, const GemmTile&) = default;
+};
+
+enum class GemmStage { kGateUp, kDown };
+
+// The heuristic default: the smallest BLOCK_M that the average rows per active expert fill,
+// so decode does not multiply by padding rows and prefill gets large tiles. Always valid.
+GemmTile default_tile(const MoeConfig& config, long long max_tokens);
+
+inline constexpr int kRouterTokensPerBlock = 4;
+inline constexpr int kRouterWarps = 8;
+inline constexpr int kTopkWarps = 4;
+
+KernelSpec router_spec(const MoeConfig& config);
+KernelSpec topk_spec(const MoeConfig& config);
+KernelSpec offsets_spec(const MoeConfig& config, int block_m);
+KernelSpec scatter_spec(const MoeConfig& config);
+KernelSpec gemm_spec(const MoeConfig& config, GemmStage stage, const GemmTile& tile);
+KernelSpec combine_spec(const MoeConfig& config);
+
+// Every spec a forward with `max_tokens` tokens (its bucket) runs.
+std::vector<KernelSpec> forward_specs(const MoeConfig& config, const GemmTile& tile);
+
+}  // namespace rt_moe

@@ -1,0 +1,95 @@
+// Every kernel template compiles for sm_90a with NVRTC, for real model shapes and every tile the
+// heuristic can choose, so a broken template fails the suite, not a user. No GPU needed.
+#include <catch2/catch.hpp>
+
+#include <string>
+
+#include "compiler.h"
+#include "kernels.h"
+#include "rt_moe/error.h"
+#include "specs.h"
+
+namespace rt_moe {
+namespace {
+
+MoeConfig make_config(std::int64_t H, std::int64_t I, std::int64_t E, std::int64_t S,
+                      std::int64_t k, DType dtype) {
+  MoeConfig c;
+  c.d_hidden = H;
+  c.d_expert = I;
+  c.n_routed_experts = E;
+  c.n_shared_experts = S;
+  c.top_k = k;
+  c.dtype = dtype;
+  return c;
+}
+
+bool is_elf(const std::string& bytes) {
+  return bytes.size() > 4 && bytes.compare(0, 4, "\x7f" "ELF") == 0;
+}
+
+std::string compile_for_sm90a(const KernelSpec& spec) {
+  nvrtc::Request request;
+  request.name = spec.name();
+  request.source = spec.source();
+  request.arch = "sm_90a";
+  request.name_expressions = {std::string("&") + kMetaName};
+  return nvrtc::compile(request).cubin;
+}
+
+}  // namespace
+
+TEST_CASE("every kernel template compiles for sm_90a (DeepSeek-V3 shape, all tiles)", "[nvrtc]") {
+  for (DType dtype : {DType::kBF16, DType::kF16}) {
+    MoeConfig c = make_config(7168, 2048, 256, 1, 8, dtype);
+    // One token count per tile the heuristic picks: decode to prefill.
+    for (long long tokens : {1LL, 64LL, 1024LL, 16384LL}) {
+      GemmTile tile = default_tile(c, tokens);
+      for (const KernelSpec& spec : forward_specs(c, tile)) {
+        INFO(spec.name());
+        std::string cubin = compile_for_sm90a(spec);
+        CHECK(is_elf(cubin));
+      }
+    }
+  }
+}
+
+TEST_CASE("templates compile for odd shapes (H, I not multiples of the tile, E = 3, S = 2)",
+          "[nvrtc]") {
+  MoeConfig c = make_config(136, 40, 3, 2, 2, DType::kBF16);
+  for (long long tokens : {1LL, 17LL, 100LL, 1000LL}) {
+    for (const KernelSpec& spec : forward_specs(c, default_tile(c, tokens))) {
+      INFO(spec.name());
+      CHECK(is_elf(compile_for_sm90a(spec)));
+    }
+  }
+}
+
+TEST_CASE("a compile failure throws with the options, the log and a source dump", "[nvrtc]") {
+  KernelSpec broken{"test", "combine.cuh", "rt_moe::Combine<rt_moe::BF16, 7, 2>",
+                    "rt_moe::CombineParams"};  // H = 7 violates the static_assert
+  try {
+    compile_for_sm90a(broken);
+    FAIL("compiling a broken instance did not throw");
+  } catch (const Error& e) {
+    std::string what = e.what();
+    CHECK(e.code() == ErrorCode::kCompile);
+    CHECK(what.find("-arch=sm_90a") != std::string::npos);
+    CHECK(what.find("16-byte chunks") != std::string::npos);  // the static_assert's text
+    CHECK(what.find("rt_moe_failed_") != std::string::npos);   // the dump's path
+  }
+}
+
+TEST_CASE("kernel sources differ per shape and tile, and keys with them", "[nvrtc]") {
+  MoeConfig a = make_config(7168, 2048, 256, 1, 8, DType::kBF16);
+  MoeConfig b = a;
+  b.dtype = DType::kF16;
+  GemmTile t1 = default_tile(a, 1), t2 = default_tile(a, 16384);
+  CHECK(!(t1 == t2));
+  CHECK(gemm_spec(a, GemmStage::kGateUp, t1).source() != gemm_spec(a, GemmStage::kGateUp, t2).source());
+  CHECK(gemm_spec(a, GemmStage::kDown, t1).source() != gemm_spec(b, GemmStage::kDown, t1).source());
+  CHECK(!(gemm_spec(a, GemmStage::kDown, t1).preimage("sm_90a").key() ==
+          gemm_spec(a, GemmStage::kDown, t1).preimage("sm_80").key()));
+}
+
+}  // namespace rt_moe
