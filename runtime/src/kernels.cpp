@@ -41,9 +41,10 @@ cache::CubinCache& cubin_cache() {
   return instance;
 }
 
-CompiledCubin compile_cubin(const KernelSpec& spec, const std::string& arch) {
+CompiledCubin compile_cubin(const KernelSpec& spec, const std::string& arch,
+                            cache::CubinCache& cache) {
   auto start = std::chrono::steady_clock::now();
-  cache::Lookup lookup = cubin_cache().get_or_compile(spec.preimage(arch), [&] {
+  cache::Lookup lookup = cache.get_or_compile(spec.preimage(arch), [&] {
     nvrtc::Request request;
     request.name = spec.name();
     request.source = spec.source();
@@ -63,7 +64,7 @@ const Kernel& KernelCache::get(const KernelSpec& spec) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (auto it = loaded_.find(source); it != loaded_.end()) return it->second->kernel;
 
-  CompiledCubin cubin = compile_cubin(spec, arch_);
+  CompiledCubin cubin = compile_cubin(spec, arch_, cubins_);
   auto start = std::chrono::steady_clock::now();
   driver::ScopedContext scope(context_);
   auto entry = std::make_unique<Entry>();

@@ -43,7 +43,8 @@ struct CompiledCubin {
 };
 
 // Needs NVRTC (on a miss) but no GPU: what rt_moe_prewarm calls.
-CompiledCubin compile_cubin(const KernelSpec& spec, const std::string& arch);
+CompiledCubin compile_cubin(const KernelSpec& spec, const std::string& arch,
+                            cache::CubinCache& cache = cubin_cache());
 
 struct Kernel {
   CUfunction function = nullptr;
@@ -55,9 +56,11 @@ struct Kernel {
 // Loaded kernels of one context. get() is thread-safe and loads each spec once.
 class KernelCache {
  public:
-  KernelCache(CUcontext context, std::string arch) : context_(context), arch_(std::move(arch)) {}
+  KernelCache(CUcontext context, std::string arch, cache::CubinCache& cubins = cubin_cache())
+      : context_(context), arch_(std::move(arch)), cubins_(cubins) {}
   const Kernel& get(const KernelSpec& spec);
   const std::string& arch() const { return arch_; }
+  cache::CubinCache& cubins() const { return cubins_; }
 
  private:
   struct Entry {
@@ -66,6 +69,7 @@ class KernelCache {
   };
   CUcontext context_;
   std::string arch_;
+  cache::CubinCache& cubins_;
   std::mutex mutex_;
   std::unordered_map<std::string, std::unique_ptr<Entry>> loaded_;  // by source
 };

@@ -80,7 +80,7 @@ struct MoeRuntime::Impl {
     std::vector<std::future<CompiledCubin>> compiled;
     for (const KernelSpec& spec : specs) {
       compiled.push_back(std::async(std::launch::async, [&spec, this] {
-        return compile_cubin(spec, kernels->arch());
+        return compile_cubin(spec, kernels->arch(), kernels->cubins());
       }));
     }
     for (auto& f : compiled) f.get();

@@ -1,0 +1,152 @@
+// MoeRuntime::forward on the GPU against the CPU reference (REFERENCE.md section 2), on the shapes
+// of REFERENCE.md section 3 and the small and odd cases it asks for.
+#include <catch2/catch.hpp>
+
+#include <set>
+
+#include "forward_check.h"
+
+namespace rt_moe::test {
+namespace {
+
+DType dtype_of(int i) { return i == 0 ? DType::kBF16 : DType::kF16; }
+
+}  // namespace
+
+TEST_CASE("DeepSeek-V3 layer (H=7168 I=2048 E=256 S=1 k=8) at T = 1, 64, 4096", "[forward]") {
+  for (int d = 0; d < 2; ++d) {
+    Fixture f(make_config(7168, 2048, 256, 1, 8, dtype_of(d)), 11 + d);
+    for (std::int64_t tokens : {1, 64, 4096}) f.check(tokens, 100 + tokens, "deepseek-v3");
+  }
+}
+
+TEST_CASE("gpumode shapes: k == E (E=4, T=512) and E=8 (T=1024), one shared expert",
+          "[forward]") {
+  for (int d = 0; d < 2; ++d) {
+    Fixture a(make_config(7168, 2048, 4, 1, 4, dtype_of(d)), 21 + d);
+    a.check(512, 7, "gpumode test 1 (k == E)");
+  }
+  Fixture b(make_config(7168, 2048, 8, 1, 4, DType::kBF16), 23);
+  b.check(1024, 8, "gpumode test 2");
+}
+
+TEST_CASE("small and odd token counts, H and I not multiples of any tile", "[forward]") {
+  for (int d = 0; d < 2; ++d) {
+    Fixture f(make_config(1032, 200, 16, 1, 4, dtype_of(d)), 31 + d);
+    for (std::int64_t tokens : {1, 3, 17, 100, 1000}) f.check(tokens, 200 + tokens, "odd shapes");
+  }
+}
+
+TEST_CASE("shared experts off, and two shared experts", "[forward]") {
+  for (std::int64_t shared : {0, 2}) {
+    Fixture f(make_config(512, 136, 8, shared, 2, DType::kBF16), 41 + shared);
+    for (std::int64_t tokens : {1, 17, 1000}) {
+      f.check(tokens, 300 + tokens, shared == 0 ? "no shared expert" : "two shared experts");
+    }
+  }
+}
+
+TEST_CASE("experts that receive no token", "[forward]") {
+  Fixture f(make_config(1024, 256, 64, 1, 2, DType::kBF16), 51);
+  CheckResult r = f.check(5, 400, "empty experts");
+  std::set<int> used(r.run.ids.begin(), r.run.ids.end());
+  CHECK(used.size() <= 10);  // at most 5 tokens x 2 of 64 experts
+  CHECK(used.size() < 64);
+}
+
+TEST_CASE("all tokens routed to one expert", "[forward]") {
+  // x > 0 everywhere and a router row of large positive weights for expert 5: every token's
+  // top-1 is expert 5, so one expert gets all T rows and spans many row blocks.
+  MoeConfig c = make_config(1024, 256, 16, 1, 1, DType::kBF16);
+  Fixture f(c, 61);
+  for (std::size_t e = 0; e < 16; ++e) {
+    for (std::size_t h = 0; h < 1024; ++h) {
+      float v = e == 5 ? 0.05f : 0.001f * bits_to_float(c.dtype, f.weights.router[e * 1024 + h]);
+      f.weights.router[e * 1024 + h] = float_to_bits(c.dtype, v);
+    }
+  }
+  f.device_weights.router.upload(f.weights.router.data(), f.weights.router.size() * 2);
+  const std::int64_t tokens = 777;
+  std::vector<std::uint16_t> x = random_activations(c, tokens, 500);
+  for (auto& v : x) v = float_to_bits(c.dtype, std::abs(bits_to_float(c.dtype, v)));
+  driver::DeviceBuffer x_dev = upload(x), out_dev(tokens * 1024 * 2);
+  CheckResult r =
+      check_forward(f.moe, f.weights, x, x_dev, out_dev, tokens, f.stream.get(), "one expert");
+  CHECK(std::count(r.run.ids.begin(), r.run.ids.end(), 5) == tokens);
+}
+
+TEST_CASE("the forward is deterministic and replays identically from a CUDA graph", "[forward]") {
+  Fixture f(make_config(2048, 512, 32, 1, 4, DType::kBF16), 71);
+  const std::int64_t tokens = 333;
+  std::vector<std::uint16_t> x = random_activations(f.config, tokens, 600);
+  driver::DeviceBuffer x_dev = upload(x), out_dev(tokens * 2048 * 2);
+  ForwardRun first = run_forward(f.moe, x_dev, out_dev, tokens, f.stream.get());
+  ForwardRun second = run_forward(f.moe, x_dev, out_dev, tokens, f.stream.get());
+  CHECK(first.out == second.out);
+
+  // Capture (the bucket is loaded: the first run built it), then replay twice.
+  CUstream s = f.stream.get();
+  RT_MOE_CALL(cuMemsetD8Async, out_dev.get(), 0xFF, out_dev.bytes(), s);
+  RT_MOE_CALL(cuStreamSynchronize, s);
+  RT_MOE_CALL(cuStreamBeginCapture, s, CU_STREAM_CAPTURE_MODE_GLOBAL);
+  f.moe.forward(x_dev.as<const void>(), out_dev.as<void>(), tokens, s);
+  CUgraph raw_graph = nullptr;
+  RT_MOE_CALL(cuStreamEndCapture, s, &raw_graph);
+  driver::Graph graph(raw_graph);
+  CUgraphExec raw_exec = nullptr;
+  RT_MOE_CALL(cuGraphInstantiateWithFlags, &raw_exec, graph.get(), 0);
+  driver::GraphExec exec(raw_exec);
+  for (int replay = 0; replay < 2; ++replay) {
+    RT_MOE_CALL(cuMemsetD8Async, out_dev.get(), 0xFF, out_dev.bytes(), s);
+    RT_MOE_CALL(cuGraphLaunch, exec.get(), s);
+    RT_MOE_CALL(cuStreamSynchronize, s);
+    std::vector<std::uint16_t> replayed(first.out.size());
+    out_dev.download(replayed.data(), replayed.size() * 2);
+    CHECK(replayed == first.out);
+  }
+}
+
+TEST_CASE("T = 0 returns at once and writes nothing", "[forward]") {
+  Fixture f(make_config(256, 64, 8, 1, 2, DType::kBF16), 81);
+  driver::DeviceBuffer x_dev(256 * 2), out_dev(256 * 2);
+  RT_MOE_CALL(cuMemsetD8Async, out_dev.get(), 0xAB, out_dev.bytes(), f.stream.get());
+  f.moe.forward(x_dev.as<const void>(), out_dev.as<void>(), 0, f.stream.get());
+  RT_MOE_CALL(cuStreamSynchronize, f.stream.get());
+  std::vector<std::uint8_t> bytes(out_dev.bytes());
+  out_dev.download(bytes.data(), bytes.size());
+  CHECK(std::all_of(bytes.begin(), bytes.end(), [](std::uint8_t b) { return b == 0xAB; }));
+}
+
+TEST_CASE("bad arguments give clear errors", "[forward]") {
+  use_primary_context();
+  MoeConfig c = make_config(256, 64, 8, 1, 2, DType::kBF16);
+  MoeRuntime moe(c);
+  driver::DeviceBuffer x_dev(64 * 256 * 2), out_dev(64 * 256 * 2);
+  auto code_of = [](auto&& call) {
+    try {
+      call();
+    } catch (const Error& e) {
+      return e.code();
+    }
+    return ErrorCode::kInternal;  // nothing thrown
+  };
+  CHECK(code_of([&] { moe.forward(x_dev.as<void>(), out_dev.as<void>(), 4, nullptr); }) ==
+        ErrorCode::kInvalidArgument);  // before prepare
+  MoeWeights w;
+  CHECK(code_of([&] { moe.prepare(w); }) == ErrorCode::kInvalidArgument);  // null router
+  HostWeights host = random_weights(c, 1);
+  DeviceWeights dw = upload(host);
+  moe.prepare(dw.view());
+  CHECK(code_of([&] { moe.forward(x_dev.as<void>(), out_dev.as<void>(), -1, nullptr); }) ==
+        ErrorCode::kInvalidArgument);
+  CHECK(code_of([&] { moe.forward(nullptr, out_dev.as<void>(), 4, nullptr); }) ==
+        ErrorCode::kInvalidArgument);
+  CHECK(code_of([&] {
+          moe.forward(x_dev.as<char>() + 2, out_dev.as<void>(), 4, nullptr);
+        }) == ErrorCode::kInvalidArgument);  // misaligned
+  MoeConfig bad = c;
+  bad.top_k = 9;
+  CHECK(code_of([&] { MoeRuntime r(bad); }) == ErrorCode::kInvalidArgument);
+}
+
+}  // namespace rt_moe::test

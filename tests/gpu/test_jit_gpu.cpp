@@ -1,0 +1,142 @@
+// The JIT core on a GPU: a template compiled through the cache, loaded and launched through the
+// driver, its result checked; then a second process loads the same kernel from disk without
+// compiling.
+#include <catch2/catch.hpp>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <random>
+
+#include "disk_cache.h"
+#include "driver.h"
+#include "kernels.h"
+#include "params.h"
+#include "reference.h"
+
+extern char** environ;
+
+namespace rt_moe {
+namespace {
+
+constexpr int kH = 1032;  // not a multiple of any tile
+constexpr int kSlots = 3;
+constexpr int kTokens = 37;
+
+KernelSpec combine_kernel() {
+  return {"combine", "combine.cuh",
+          "rt_moe::Combine<rt_moe::BF16, " + std::to_string(kH) + ", " + std::to_string(kSlots) +
+              ">",
+          "rt_moe::CombineParams"};
+}
+
+// Launches the combine kernel on random data and checks every output against the host sum.
+void launch_and_check(const Kernel& kernel) {
+  std::vector<std::uint16_t> y(std::size_t(kTokens) * kSlots * kH);
+  test::fill_random(y, DType::kBF16, 1.0f, 1234);
+  driver::DeviceBuffer y_dev(y.size() * 2), out_dev(std::size_t(kTokens) * kH * 2);
+  y_dev.upload(y.data(), y.size() * 2);
+  RT_MOE_CALL(cuMemsetD8Async, out_dev.get(), 0xFF, out_dev.bytes(), nullptr);
+  CombineParams params{y_dev.as<const void>(), out_dev.as<void>(), kTokens};
+  launch(kernel, {unsigned((kTokens * (kH / 8) + 255) / 256)}, params, nullptr);
+  RT_MOE_CALL(cuCtxSynchronize);
+  std::vector<std::uint16_t> out(std::size_t(kTokens) * kH);
+  out_dev.download(out.data(), out.size() * 2);
+  std::int64_t wrong = 0;
+  for (int t = 0; t < kTokens; ++t) {
+    for (int n = 0; n < kH; ++n) {
+      float sum = 0;
+      for (int s = 0; s < kSlots; ++s) {
+        sum += test::bits_to_float(DType::kBF16, y[(std::size_t(t) * kSlots + s) * kH + n]);
+      }
+      // Same order, same fp32 additions, one rounding: bitwise equal.
+      if (out[std::size_t(t) * kH + n] != test::float_to_bits(DType::kBF16, sum)) ++wrong;
+    }
+  }
+  REQUIRE(wrong == 0);
+}
+
+std::string temp_dir() {
+  std::string pattern = (std::filesystem::temp_directory_path() / "rt_moe_jit_XXXXXX").string();
+  REQUIRE(mkdtemp(pattern.data()) != nullptr);
+  return pattern;
+}
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+}  // namespace
+
+TEST_CASE("a template compiles through the cache, loads, launches, and a second process loads "
+          "it from disk without compiling",
+          "[jit]") {
+  const std::string dir = temp_dir();
+  driver::PrimaryContext context(0);
+  driver::ScopedContext scope(context.get());
+  const std::string arch = driver::device_info(0).arch();
+  {
+    cache::CubinCache cubins(cache::CacheOptions{dir, false, 1ull << 30});
+    REQUIRE(cubins.persistent());
+    KernelCache kernels(context.get(), arch, cubins);
+    auto start = std::chrono::steady_clock::now();
+    const Kernel& kernel = kernels.get(combine_kernel());
+    double cold = seconds_since(start);
+    CHECK(cubins.stats().compiles == 1);
+    CHECK(cubins.stats().disk_hits == 0);
+    CHECK(cubins.stats().stores == 1);
+    std::printf("cold compile + load of %s: %.3f s\n", kernel.name.c_str(), cold);
+    launch_and_check(kernel);
+  }
+  // The second process: this binary again, running the hidden child test below.
+  std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
+  std::string dir_variable = "RT_MOE_TEST_JIT_DIR=" + dir;
+  std::vector<std::string> env_strings = {dir_variable};
+  for (char** e = environ; *e != nullptr; ++e) env_strings.emplace_back(*e);
+  std::vector<char*> envp;
+  for (auto& s : env_strings) envp.push_back(s.data());
+  envp.push_back(nullptr);
+  std::string test_name = "second process loads from disk";
+  std::vector<char*> argv = {self.data(), test_name.data(), nullptr};
+  pid_t pid = 0;
+  REQUIRE(posix_spawn(&pid, self.c_str(), nullptr, nullptr, argv.data(), envp.data()) == 0);
+  int status = 0;
+  REQUIRE(waitpid(pid, &status, 0) == pid);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("second process loads from disk", "[.child]") {
+  const char* dir = std::getenv("RT_MOE_TEST_JIT_DIR");
+  REQUIRE(dir != nullptr);
+  driver::PrimaryContext context(0);
+  driver::ScopedContext scope(context.get());
+  cache::CubinCache cubins(cache::CacheOptions{dir, false, 1ull << 30});
+  KernelCache kernels(context.get(), driver::device_info(0).arch(), cubins);
+  auto start = std::chrono::steady_clock::now();
+  const Kernel& kernel = kernels.get(combine_kernel());
+  double warm = seconds_since(start);
+  CHECK(cubins.stats().compiles == 0);
+  CHECK(cubins.stats().disk_hits == 1);
+  std::printf("warm load (disk hit + module load) of %s: %.3f s\n", kernel.name.c_str(), warm);
+  launch_and_check(kernel);
+}
+
+TEST_CASE("driver errors name the call and the CUDA error", "[jit]") {
+  driver::PrimaryContext context(0);
+  driver::ScopedContext scope(context.get());
+  try {
+    driver::DeviceBuffer huge(std::size_t(1) << 50);  // 1 PiB
+    FAIL("a 1 PiB allocation succeeded");
+  } catch (const Error& e) {
+    std::string what = e.what();
+    CHECK(e.code() == ErrorCode::kCuda);
+    CHECK(what.find("CUDA_ERROR_OUT_OF_MEMORY") != std::string::npos);
+  }
+}
+
+}  // namespace rt_moe

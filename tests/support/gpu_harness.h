@@ -1,0 +1,39 @@
+// Device-side helpers shared by the GPU tests and the benchmark: weights uploaded from the CPU
+// reference's host copies, and a forward run that poisons the output first and downloads it.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "driver.h"
+#include "reference.h"
+#include "rt_moe/runtime.h"
+
+namespace rt_moe::test {
+
+// Retains device 0's primary context for the process and makes it current on this thread (the
+// same context MoeRuntime uses), so test buffers can be allocated before any runtime exists.
+void use_primary_context();
+
+struct DeviceWeights {
+  driver::DeviceBuffer router, gate, up, down, shared_gate, shared_up, shared_down;
+  MoeWeights view() const;
+};
+
+DeviceWeights upload(const HostWeights& host);
+driver::DeviceBuffer upload(const std::vector<std::uint16_t>& host);
+
+// 0xFFFF is a NaN in fp16 and bf16: an output element the forward did not write shows as NaN.
+inline constexpr std::uint16_t kPoison = 0xFFFF;
+
+struct ForwardRun {
+  std::vector<std::uint16_t> out;  // [T, H]
+  std::vector<std::int32_t> ids;   // [T, k] the GPU's routing decisions
+  std::vector<float> weights;      // [T, k]
+};
+
+// Poisons `out`, runs the forward on `stream`, synchronizes and downloads out and the routing.
+ForwardRun run_forward(MoeRuntime& moe, const driver::DeviceBuffer& x, driver::DeviceBuffer& out,
+                       std::int64_t tokens, CUstream stream);
+
+}  // namespace rt_moe::test
