@@ -73,4 +73,11 @@ struct KernelMeta {
   int smem_bytes;
 };
 
+// HBM read bandwidth of rt_moe_bench (bench.cuh): every 16-byte vector of `data` is read once.
+struct ReadParams {
+  const void* data;  // (vectors) 16-byte vectors
+  long long vectors;
+  unsigned* block_sums;  // (gridDim.x) one value per block, so no load is optimized away
+};
+
 }  // namespace rt_moe

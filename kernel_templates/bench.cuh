@@ -1,0 +1,51 @@
+// Ceilings that rt_moe_bench measures in the same run as the forward (REFERENCE.md section 5).
+//
+// ReadBandwidth: HBM read bandwidth. A grid-stride loop over 16-byte vectors; each thread keeps
+// UNROLL independent loads in flight (latency x bandwidth needs many bytes in flight per SM), folds
+// them into one register, and each block writes one value, so no load is dead code. The buffer must
+// be far larger than L2 (the bench uses >= 2 GB) for the result to be HBM's, not L2's.
+#pragma once
+
+#include "common.cuh"
+
+namespace rt_moe {
+
+template <int THREADS, int UNROLL>
+struct ReadBandwidth {
+  static constexpr int kThreads = THREADS;
+  static constexpr int kSmemBytes = 0;
+  static_assert(THREADS % 32 == 0 && THREADS <= 1024, "whole warps, at most 1024 threads a block");
+  static_assert(UNROLL >= 1, "at least one load in flight");
+
+  static __device__ void run(const ReadParams& p) {
+    const Vec8* __restrict__ data = reinterpret_cast<const Vec8*>(p.data);
+    const long long stride = (long long)gridDim.x * THREADS;
+    long long i = (long long)blockIdx.x * THREADS + threadIdx.x;
+    unsigned acc = 0;
+    for (; i + (UNROLL - 1) * stride < p.vectors; i += UNROLL * stride) {
+      Vec8 v[UNROLL];
+#pragma unroll
+      for (int u = 0; u < UNROLL; ++u) v[u] = data[i + u * stride];
+#pragma unroll
+      for (int u = 0; u < UNROLL; ++u) acc += v[u].w[0] ^ v[u].w[1] ^ v[u].w[2] ^ v[u].w[3];
+    }
+    for (; i < p.vectors; i += stride) {
+      const Vec8 v = data[i];
+      acc += v.w[0] ^ v.w[1] ^ v.w[2] ^ v.w[3];
+    }
+#pragma unroll
+    for (int offset = 16; offset > 0; offset >>= 1)
+      acc += __shfl_xor_sync(0xffffffffu, acc, offset);
+    __shared__ unsigned warp_sums[THREADS / 32];
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (lane == 0) warp_sums[warp] = acc;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      unsigned total = 0;
+      for (int w = 0; w < THREADS / 32; ++w) total += warp_sums[w];
+      p.block_sums[blockIdx.x] = total;
+    }
+  }
+};
+
+}  // namespace rt_moe

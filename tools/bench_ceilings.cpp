@@ -1,0 +1,202 @@
+#include "bench_ceilings.h"
+
+#include <cublas_v2.h>  // types and constants only: libcublas is loaded with dlopen
+#include <dlfcn.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "params.h"
+#include "reference.h"
+
+namespace rt_moe::tools {
+namespace {
+
+constexpr std::size_t kReadBytes = std::size_t(4) << 30;  // 4 GiB, ~80x the H200's 50 MiB L2
+constexpr std::size_t kMinReadBytes = std::size_t(2) << 30;
+constexpr int kReadThreads = 256;
+constexpr int kReadUnroll = 4;  // 4 x 16 B in flight per thread
+constexpr int kGemmSize = 8192;
+constexpr int kWarmup = 3;
+
+// REFERENCE.md section 5: measured on one H200 with PyTorch 2.11 / CUDA 13.0.
+constexpr double kReferenceGemmBf16 = 680e12;
+constexpr double kReferenceGemmF16 = 656e12;
+
+KernelSpec read_spec() {
+  return {"bench", "bench.cuh",
+          fmt::format("rt_moe::ReadBandwidth<{}, {}>", kReadThreads, kReadUnroll),
+          "rt_moe::ReadParams"};
+}
+
+// Times `body` (enqueued on `stream`) between two events, `iters` times after kWarmup untimed
+// runs; returns the median in milliseconds.
+template <typename Body>
+double time_median_ms(CUstream stream, int iters, Body body) {
+  for (int i = 0; i < kWarmup; ++i) body();
+  std::vector<driver::Event> starts, stops;
+  for (int i = 0; i < iters; ++i) {
+    starts.push_back(driver::create_event());
+    stops.push_back(driver::create_event());
+    RT_MOE_CALL(cuEventRecord, starts.back().get(), stream);
+    body();
+    RT_MOE_CALL(cuEventRecord, stops.back().get(), stream);
+  }
+  RT_MOE_CALL(cuStreamSynchronize, stream);
+  std::vector<double> ms;
+  for (int i = 0; i < iters; ++i) ms.push_back(driver::elapsed_ms(starts[i].get(), stops[i].get()));
+  return median(ms);
+}
+
+// The few cuBLAS entry points the GEMM ceiling needs, resolved from a dlopen'ed libcublas.
+struct Cublas {
+  using Create = cublasStatus_t (*)(cublasHandle_t*);
+  using Destroy = cublasStatus_t (*)(cublasHandle_t);
+  using SetStream = cublasStatus_t (*)(cublasHandle_t, cudaStream_t);
+  using GemmEx = cublasStatus_t (*)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int,
+                                    int, const void*, const void*, cudaDataType, int, const void*,
+                                    cudaDataType, int, const void*, void*, cudaDataType, int,
+                                    cublasComputeType_t, cublasGemmAlgo_t);
+  Create create = nullptr;
+  Destroy destroy = nullptr;
+  SetStream set_stream = nullptr;
+  GemmEx gemm_ex = nullptr;
+  std::string library;
+
+  // Empty on success, else why cuBLAS cannot be used.
+  std::string load() {
+    std::vector<std::string> candidates = {"libcublas.so.13", "libcublas.so.12"};
+#ifdef RT_MOE_BUILD_CUDA_LIB_DIR
+    candidates.push_back(std::string(RT_MOE_BUILD_CUDA_LIB_DIR) + "/libcublas.so.13");
+    candidates.push_back(std::string(RT_MOE_BUILD_CUDA_LIB_DIR) + "/libcublas.so.12");
+#endif
+    std::string errors;
+    void* handle = nullptr;
+    for (const std::string& name : candidates) {
+      // Never closed: unloading cuBLAS while the CUDA runtime may still reference it is unsafe.
+      handle = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
+      if (handle != nullptr) {
+        library = name;
+        break;
+      }
+      const char* error = dlerror();
+      errors += fmt::format("{}{}", errors.empty() ? "" : "; ", error ? error : name);
+    }
+    if (handle == nullptr) return "cannot load libcublas: " + errors;
+    create = reinterpret_cast<Create>(dlsym(handle, "cublasCreate_v2"));
+    destroy = reinterpret_cast<Destroy>(dlsym(handle, "cublasDestroy_v2"));
+    set_stream = reinterpret_cast<SetStream>(dlsym(handle, "cublasSetStream_v2"));
+    gemm_ex = reinterpret_cast<GemmEx>(dlsym(handle, "cublasGemmEx"));
+    if (!create || !destroy || !set_stream || !gemm_ex) {
+      return library +
+             " lacks cublasCreate_v2, cublasDestroy_v2, cublasSetStream_v2 or "
+             "cublasGemmEx";
+    }
+    return {};
+  }
+};
+
+Ceiling reference_gemm(DType dtype, const std::string& why) {
+  Ceiling c;
+  c.value = dtype == DType::kF16 ? kReferenceGemmF16 : kReferenceGemmBf16;
+  c.measured = false;
+  c.note = fmt::format("reference, not measured: {}", why);
+  return c;
+}
+
+}  // namespace
+
+double median(std::vector<double> values) {
+  if (values.empty()) return 0;
+  std::sort(values.begin(), values.end());
+  const std::size_t n = values.size();
+  return n % 2 == 1 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
+}
+
+Ceiling measure_hbm_read(KernelCache& kernels, const driver::DeviceInfo& device, CUstream stream,
+                         int iters) {
+  std::size_t free_bytes = 0, total_bytes = 0;
+  RT_MOE_CALL(cuMemGetInfo, &free_bytes, &total_bytes);
+  const std::size_t bytes = std::min(kReadBytes, free_bytes / 2 / 16 * 16);
+  if (bytes < kMinReadBytes) {
+    throw Error(ErrorCode::kUnsupported,
+                fmt::format("HBM read ceiling: {:.1f} GiB free, need {} GiB for the read buffer",
+                            free_bytes / double(1 << 30), 2 * (kMinReadBytes >> 30)));
+  }
+  const Kernel& kernel = kernels.get(read_spec());
+  int blocks_per_sm = 0;
+  RT_MOE_CALL(cuOccupancyMaxActiveBlocksPerMultiprocessor, &blocks_per_sm, kernel.function,
+              kernel.threads, std::size_t(kernel.smem_bytes));
+  const unsigned blocks = unsigned(std::max(1, blocks_per_sm) * device.sm_count);
+
+  driver::DeviceBuffer data(bytes);
+  driver::DeviceBuffer block_sums(blocks * sizeof(unsigned));
+  // Not zeros: the bytes read should look like data (bf16 1.0 / fp16 ~1.9 pairs).
+  RT_MOE_CALL(cuMemsetD32Async, data.get(), 0x3f803f80u, bytes / 4, stream);
+  ReadParams params{data.as<const void>(), (long long)(bytes / 16), block_sums.as<unsigned>()};
+  const double ms =
+      time_median_ms(stream, iters, [&] { launch(kernel, {blocks}, params, stream); });
+  Ceiling c;
+  c.value = double(bytes) / (ms * 1e-3);
+  c.measured = true;
+  c.note = fmt::format("read of {:.1f} GiB, {} blocks x {} threads, median of {}",
+                       bytes / double(1 << 30), blocks, kernel.threads, iters);
+  return c;
+}
+
+Ceiling measure_gemm_rate(DType dtype, CUstream stream, int iters) {
+  Cublas cublas;
+  if (std::string why = cublas.load(); !why.empty()) return reference_gemm(dtype, why);
+  cublasHandle_t handle = nullptr;
+  if (cublasStatus_t s = cublas.create(&handle); s != CUBLAS_STATUS_SUCCESS) {
+    return reference_gemm(dtype, fmt::format("cublasCreate_v2 failed with status {}", int(s)));
+  }
+  struct HandleGuard {
+    Cublas& cublas;
+    cublasHandle_t handle;
+    ~HandleGuard() { cublas.destroy(handle); }
+  } guard{cublas, handle};
+  if (cublasStatus_t s = cublas.set_stream(handle, stream); s != CUBLAS_STATUS_SUCCESS) {
+    return reference_gemm(dtype, fmt::format("cublasSetStream_v2 failed with status {}", int(s)));
+  }
+
+  // Random operands (never zeros: a GEMM of zeros draws less power and runs faster).
+  const std::size_t elements = std::size_t(kGemmSize) * kGemmSize;
+  std::vector<std::uint16_t> host(elements);
+  test::fill_random(host, dtype, 1.0f, 0x6e6d);
+  driver::DeviceBuffer a(elements * 2), b(elements * 2), c(elements * 2);
+  a.upload(host.data(), elements * 2);
+  test::fill_random(host, dtype, 1.0f, 0x6e6e);
+  b.upload(host.data(), elements * 2);
+
+  const cudaDataType type = dtype == DType::kF16 ? CUDA_R_16F : CUDA_R_16BF;
+  const float alpha = 1.0f, beta = 0.0f;
+  cublasStatus_t status = CUBLAS_STATUS_SUCCESS;
+  // C = A^T B with K contiguous in both operands: the nn.Linear layout of x @ W^T.
+  auto gemm = [&] {
+    cublasStatus_t s = cublas.gemm_ex(handle, CUBLAS_OP_T, CUBLAS_OP_N, kGemmSize, kGemmSize,
+                                      kGemmSize, &alpha, a.as<const void>(), type, kGemmSize,
+                                      b.as<const void>(), type, kGemmSize, &beta, c.as<void>(),
+                                      type, kGemmSize, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    if (s != CUBLAS_STATUS_SUCCESS && status == CUBLAS_STATUS_SUCCESS) status = s;
+  };
+  const double ms = time_median_ms(stream, iters, gemm);
+  if (status != CUBLAS_STATUS_SUCCESS) {
+    return reference_gemm(dtype, fmt::format("cublasGemmEx failed with status {}", int(status)));
+  }
+  Ceiling ceiling;
+  ceiling.value = 2.0 * kGemmSize * double(kGemmSize) * kGemmSize / (ms * 1e-3);
+  ceiling.measured = true;
+  ceiling.note = fmt::format("cublasGemmEx {}^3 {} (fp32 accumulate) from {}, median of {}",
+                             kGemmSize, to_string(dtype), cublas.library, iters);
+  return ceiling;
+}
+
+L2Flush::L2Flush() : scratch_(std::size_t(256) << 20) {}
+
+void L2Flush::operator()(CUstream stream) {
+  RT_MOE_CALL(cuMemsetD8Async, scratch_.get(), ++value_, scratch_.bytes(), stream);
+}
+
+}  // namespace rt_moe::tools

@@ -1,0 +1,483 @@
+// rt_moe_bench: times the MoE forward on the GPU against a floor measured in the same run.
+//
+//   rt_moe_bench --preset deepseek-v3 [--tokens 1,64,4096] [--check] [--json out.json]
+//
+// Per token count T, after warm-up forwards apart from timing, `iters` forwards are timed with
+// device events right around forward(), each after an L2 flush; the median is reported.
+//   FLOPs = 6*T*k*H*I + 6*T*S*I*H
+//   bytes = hit * 3*H*I*2 + 3*H*S*I*2 + 2*T*H*2 + E*H*2
+// where `hit` is the number of distinct experts the run actually routed to (read back from the
+// GPU). Under uniform routing one would expect E * (1 - (1 - k/E)^T) (in the JSON as
+// experts_hit_uniform). floor = max(FLOPs / GEMM rate, bytes / HBM read bandwidth), both ceilings
+// measured here (REFERENCE.md section 5). Also timed apart: cold compile and warm cache load of
+// one bucket's kernels, and the host cost of one forward() call (enqueue only) at T = 1.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <future>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <set>
+#include <vector>
+
+#include "bench_ceilings.h"
+#include "bucket.h"
+#include "compiler.h"
+#include "driver.h"
+#include "gpu_harness.h"
+#include "kernels.h"
+#include "reference.h"
+#include "rt_moe/runtime.h"
+#include "specs.h"
+#include "tool_common.h"
+
+namespace rt_moe::tools {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using nlohmann::json;
+
+constexpr std::int64_t kDefaultTokens[] = {1, 8, 64, 512, 4096, 16384};
+constexpr std::uint64_t kWeightSeed = 20240601;
+
+struct Options {
+  ModelChoice model;
+  std::vector<std::int64_t> tokens;
+  std::string dtype;
+  bool check = false;
+  std::string json_file;
+  std::string plot_file;
+  int iters = 20;
+  int warmup = 3;
+  bool compile_timing = true;
+};
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+struct CompileTiming {
+  std::string bucket;
+  std::size_t kernels = 0;
+  double cold_wall_s = 0;  // all kernels compiled in parallel, as the runtime does
+  double cold_sum_s = 0;   // the sum of per-kernel compile times
+  double cold_max_s = 0;   // the slowest kernel
+  double warm_load_s = 0;  // a fresh cache on the same directory: disk loads + module loads
+};
+
+// Cold compile and warm cache load of the kernels of the bucket serving `tokens`, each with a
+// fresh CubinCache on an empty temporary directory (the process-wide cache is left alone).
+CompileTiming time_compile(const MoeConfig& config, std::int64_t tokens, const std::string& arch,
+                           CUcontext context) {
+  namespace fs = std::filesystem;
+  CompileTiming timing;
+  const Bucket bucket = bucket_for(config, tokens);
+  const GemmTile tile = default_tile(config, bucket.max_tokens);
+  const std::vector<KernelSpec> specs = forward_specs(config, tile);
+  timing.bucket = fmt::format("bucket {} (<= {} tokens), tile {}", bucket.group_sum_max,
+                              bucket.max_tokens, tile.describe());
+  timing.kernels = specs.size();
+
+  std::string pattern = (fs::temp_directory_path() / "rt_moe_bench_XXXXXX").string();
+  if (mkdtemp(pattern.data()) == nullptr) {
+    throw Error(ErrorCode::kIo, fmt::format("mkdtemp({}) failed", pattern));
+  }
+  struct RemoveDir {
+    fs::path dir;
+    ~RemoveDir() {
+      std::error_code ec;
+      fs::remove_all(dir, ec);
+    }
+  } remove{pattern};
+  cache::CacheOptions options;
+  options.dir = pattern;
+  {
+    cache::CubinCache cold(options);
+    const Clock::time_point start = Clock::now();
+    std::vector<std::future<CompiledCubin>> compiled;
+    for (const KernelSpec& spec : specs) {
+      compiled.push_back(std::async(
+          std::launch::async, [&spec, &arch, &cold] { return compile_cubin(spec, arch, cold); }));
+    }
+    for (auto& f : compiled) {
+      CompiledCubin cubin = f.get();
+      timing.cold_sum_s += cubin.seconds;
+      timing.cold_max_s = std::max(timing.cold_max_s, cubin.seconds);
+    }
+    timing.cold_wall_s = seconds_since(start);
+  }
+  {
+    cache::CubinCache warm(options);
+    KernelCache kernels(context, arch, warm);
+    const Clock::time_point start = Clock::now();
+    for (const KernelSpec& spec : specs) kernels.get(spec);
+    timing.warm_load_s = seconds_since(start);
+  }
+  return timing;
+}
+
+// Host time of one forward() call at T = 1 (enqueue only; the bucket is loaded): median over
+// rounds of calls, synchronizing between rounds so the launch queue never fills.
+double time_launch_us(MoeRuntime& moe, const driver::DeviceBuffer& x, driver::DeviceBuffer& out,
+                      CUstream stream) {
+  constexpr int kRounds = 20, kCallsPerRound = 16;
+  for (int i = 0; i < 3; ++i) moe.forward(x.as<const void>(), out.as<void>(), 1, stream);
+  RT_MOE_CALL(cuStreamSynchronize, stream);
+  std::vector<double> us;
+  for (int round = 0; round < kRounds; ++round) {
+    for (int call = 0; call < kCallsPerRound; ++call) {
+      const Clock::time_point start = Clock::now();
+      moe.forward(x.as<const void>(), out.as<void>(), 1, stream);
+      us.push_back(seconds_since(start) * 1e6);
+    }
+    RT_MOE_CALL(cuStreamSynchronize, stream);
+  }
+  return median(us);
+}
+
+// Tokens whose outputs --check computes on the CPU: all while that costs under ~40 GFLOP, else a
+// random sample that always holds the first and the last token (as tests/gpu/forward_check.h).
+std::vector<std::int64_t> token_sample(const MoeConfig& c, std::int64_t tokens) {
+  const double flops_per_token =
+      6.0 * double(c.top_k + c.n_shared_experts) * double(c.d_hidden) * double(c.d_expert);
+  const std::int64_t budget = std::max<std::int64_t>(64, std::int64_t(40e9 / flops_per_token));
+  std::vector<std::int64_t> all(tokens);
+  for (std::int64_t t = 0; t < tokens; ++t) all[t] = t;
+  if (tokens <= budget) return all;
+  std::mt19937_64 rng(99);
+  std::shuffle(all.begin() + 1, all.end() - 1, rng);
+  std::vector<std::int64_t> sample = {0, tokens - 1};
+  sample.insert(sample.end(), all.begin() + 1, all.begin() + (budget - 1));
+  std::sort(sample.begin(), sample.end());
+  return sample;
+}
+
+struct CheckOutcome {
+  bool pass = false;
+  std::int64_t tokens_checked = 0;
+  std::int64_t nan_rows = 0;
+  test::Comparison comparison;
+};
+
+// The forward's outputs against the CPU reference, computed with the GPU's routing decisions.
+CheckOutcome check_outputs(MoeRuntime& moe, const test::HostWeights& weights,
+                           const std::vector<std::uint16_t>& x, const driver::DeviceBuffer& x_dev,
+                           driver::DeviceBuffer& out_dev, std::int64_t tokens, CUstream stream) {
+  const MoeConfig& c = moe.config();
+  test::ForwardRun run = test::run_forward(moe, x_dev, out_dev, tokens, stream);
+  CheckOutcome outcome;
+  for (std::int64_t t = 0; t < tokens; ++t) {
+    for (std::int64_t n = 0; n < c.d_hidden; ++n) {
+      const float v = test::bits_to_float(c.dtype, run.out[t * c.d_hidden + n]);
+      if (!(v == v)) {
+        ++outcome.nan_rows;
+        break;
+      }
+    }
+  }
+  const std::vector<std::int64_t> sample = token_sample(c, tokens);
+  const std::vector<float> ref =
+      test::reference_forward(c, weights, x, tokens, run.ids, run.weights, sample);
+  std::vector<std::uint16_t> out_sample(sample.size() * c.d_hidden);
+  for (std::size_t i = 0; i < sample.size(); ++i) {
+    std::copy_n(run.out.begin() + sample[i] * c.d_hidden, c.d_hidden,
+                out_sample.begin() + i * c.d_hidden);
+  }
+  outcome.comparison = test::compare(c.dtype, out_sample, ref, c.d_hidden);
+  outcome.tokens_checked = std::int64_t(sample.size());
+  outcome.pass = outcome.comparison.pass && outcome.nan_rows == 0;
+  return outcome;
+}
+
+struct TokenResult {
+  std::int64_t tokens = 0;
+  std::string plan;
+  double first_forward_s = 0;  // host wall time of the first forward (bucket load/compile)
+  double ms = 0, ms_min = 0, ms_max = 0;
+  double flops = 0, bytes = 0;
+  std::int64_t experts_hit = 0;
+  double experts_hit_uniform = 0;
+  double tflops = 0, gbps = 0, floor_ms = 0, over_floor = 0;
+  bool checked = false;
+  CheckOutcome check;
+};
+
+std::int64_t distinct_experts(MoeRuntime& moe) {
+  const MoeRuntime::RoutingView routing = moe.last_routing();
+  std::vector<std::int32_t> ids(std::size_t(routing.tokens) * moe.config().top_k);
+  if (ids.empty()) return 0;
+  RT_MOE_CALL(cuMemcpyDtoH, ids.data(), reinterpret_cast<CUdeviceptr>(routing.topk_ids),
+              ids.size() * sizeof(std::int32_t));
+  std::set<std::int32_t> hit(ids.begin(), ids.end());
+  return std::int64_t(hit.size());
+}
+
+TokenResult bench_tokens(MoeRuntime& moe, const test::HostWeights* weights, std::int64_t tokens,
+                         const Options& options, const Ceiling& hbm, const Ceiling& gemm,
+                         L2Flush& flush, CUstream stream) {
+  const MoeConfig& c = moe.config();
+  TokenResult r;
+  r.tokens = tokens;
+  r.plan = moe.describe(tokens);
+  const std::vector<std::uint16_t> x = test::random_activations(c, tokens, 1000 + tokens);
+  const driver::DeviceBuffer x_dev = test::upload(x);
+  driver::DeviceBuffer out_dev(std::max<std::size_t>(16, std::size_t(tokens) * c.d_hidden * 2));
+
+  // Warm-up, apart from timing; the first forward loads (or compiles) the bucket's kernels.
+  Clock::time_point start = Clock::now();
+  moe.forward(x_dev.as<const void>(), out_dev.as<void>(), tokens, stream);
+  RT_MOE_CALL(cuStreamSynchronize, stream);
+  r.first_forward_s = seconds_since(start);
+  for (int i = 1; i < options.warmup; ++i) {
+    moe.forward(x_dev.as<const void>(), out_dev.as<void>(), tokens, stream);
+  }
+
+  std::vector<driver::Event> starts, stops;
+  for (int i = 0; i < options.iters; ++i) {
+    flush(stream);
+    starts.push_back(driver::create_event());
+    stops.push_back(driver::create_event());
+    RT_MOE_CALL(cuEventRecord, starts.back().get(), stream);
+    moe.forward(x_dev.as<const void>(), out_dev.as<void>(), tokens, stream);
+    RT_MOE_CALL(cuEventRecord, stops.back().get(), stream);
+  }
+  RT_MOE_CALL(cuStreamSynchronize, stream);
+  std::vector<double> ms;
+  for (int i = 0; i < options.iters; ++i) {
+    ms.push_back(driver::elapsed_ms(starts[i].get(), stops[i].get()));
+  }
+  r.ms = median(ms);
+  r.ms_min = *std::min_element(ms.begin(), ms.end());
+  r.ms_max = *std::max_element(ms.begin(), ms.end());
+
+  const double T = double(tokens), H = double(c.d_hidden), I = double(c.d_expert);
+  const double E = double(c.n_routed_experts), S = double(c.n_shared_experts);
+  const double k = double(c.top_k), elem = double(dtype_bytes(c.dtype));
+  r.experts_hit = distinct_experts(moe);
+  r.experts_hit_uniform = E * (1.0 - std::pow(1.0 - k / E, T));
+  r.flops = 6.0 * T * k * H * I + 6.0 * T * S * I * H;
+  r.bytes = double(r.experts_hit) * 3 * H * I * elem + 3 * H * S * I * elem + 2 * T * H * elem +
+            E * H * elem;
+  r.tflops = r.flops / (r.ms * 1e-3) / 1e12;
+  r.gbps = r.bytes / (r.ms * 1e-3) / 1e9;
+  r.floor_ms = std::max(r.flops / gemm.value, r.bytes / hbm.value) * 1e3;
+  r.over_floor = r.ms / r.floor_ms;
+
+  if (weights != nullptr) {
+    r.checked = true;
+    r.check = check_outputs(moe, *weights, x, x_dev, out_dev, tokens, stream);
+  }
+  return r;
+}
+
+std::string check_cell(const TokenResult& r) {
+  if (!r.checked) return "-";
+  return fmt::format("{} {:.1e}", r.check.pass ? "PASS" : "FAIL", r.check.comparison.rel_l2);
+}
+
+json result_json(const TokenResult& r) {
+  json j = {{"tokens", r.tokens},
+            {"plan", r.plan},
+            {"first_forward_s", r.first_forward_s},
+            {"ms_median", r.ms},
+            {"ms_min", r.ms_min},
+            {"ms_max", r.ms_max},
+            {"flops", r.flops},
+            {"bytes", r.bytes},
+            {"experts_hit", r.experts_hit},
+            {"experts_hit_uniform", r.experts_hit_uniform},
+            {"tflops", r.tflops},
+            {"gbps", r.gbps},
+            {"floor_ms", r.floor_ms},
+            {"time_over_floor", r.over_floor}};
+  if (r.checked) {
+    j["check"] = {{"pass", r.check.pass},
+                  {"rel_l2", r.check.comparison.rel_l2},
+                  {"max_abs_err", r.check.comparison.max_abs_err},
+                  {"bad_elements", r.check.comparison.bad},
+                  {"nan_rows", r.check.nan_rows},
+                  {"tokens_checked", r.check.tokens_checked},
+                  {"detail", r.check.comparison.describe()}};
+  } else {
+    j["check"] = nullptr;
+  }
+  return j;
+}
+
+int bench(const Options& options) {
+  ModelConfig model = options.model.load();
+  MoeConfig config = model.moe;
+  if (!options.dtype.empty()) config.dtype = parse_dtype(options.dtype);
+  config.validate();
+  if (!options.plot_file.empty()) throw UsageError("--plot is not implemented yet");
+  std::vector<std::int64_t> token_counts = options.tokens;
+  if (token_counts.empty()) {
+    for (std::int64_t t : kDefaultTokens) {
+      if (t <= model.max_tokens) token_counts.push_back(t);
+    }
+    if (token_counts.empty()) token_counts.push_back(model.max_tokens);
+  }
+
+  std::string why;
+  if (!driver::available(&why)) {
+    std::fprintf(stderr, "rt_moe_bench: no usable GPU: %s\n", why.c_str());
+    return kExitFailure;
+  }
+  const driver::DeviceInfo device = driver::device_info(0);
+  if (device.cc_major < 8) {
+    std::fprintf(stderr,
+                 "rt_moe_bench: no usable GPU: %s is sm_%d%d, rt_moe needs sm_80 or newer\n",
+                 device.name.c_str(), device.cc_major, device.cc_minor);
+    return kExitFailure;
+  }
+  test::use_primary_context();
+  CUcontext context = nullptr;
+  RT_MOE_CALL(cuCtxGetCurrent, &context);
+  driver::Stream stream = driver::Stream::create();
+  const std::string arch = device.arch();
+  const std::string nvrtc_version = nvrtc::version();
+  std::printf("device: %s (%s, %d SMs), driver %d, NVRTC %s, rt_moe %s\n", device.name.c_str(),
+              arch.c_str(), device.sm_count, device.driver_version, nvrtc_version.c_str(),
+              RT_MOE_GIT_COMMIT);
+  std::printf("model: %s: %s, routing %s\n", model.name.c_str(), config.describe().c_str(),
+              config.routing.score == RoutingConfig::Score::kSoftmax ? "softmax" : "sigmoid");
+  std::fflush(stdout);
+
+  // Ceilings first, while the device memory is free.
+  Ceiling hbm, gemm;
+  {
+    KernelCache kernels(context, arch);
+    hbm = measure_hbm_read(kernels, device, stream.get());
+  }
+  gemm = measure_gemm_rate(config.dtype, stream.get());
+  std::printf("ceiling: HBM read %.0f GB/s (%s)\n", hbm.value / 1e9, hbm.note.c_str());
+  std::printf("ceiling: dense GEMM %.0f TFLOP/s (%s)\n", gemm.value / 1e12, gemm.note.c_str());
+  std::fflush(stdout);
+
+  CompileTiming compile;
+  if (options.compile_timing) {
+    compile = time_compile(config, token_counts.back(), arch, context);
+    std::printf(
+        "compile: %s: %zu kernels cold %.2f s (parallel; sum %.2f s, slowest %.2f s), "
+        "warm cache load + module load %.3f s\n",
+        compile.bucket.c_str(), compile.kernels, compile.cold_wall_s, compile.cold_sum_s,
+        compile.cold_max_s, compile.warm_load_s);
+    std::fflush(stdout);
+  }
+
+  Clock::time_point start = Clock::now();
+  std::unique_ptr<test::HostWeights> host_weights =
+      std::make_unique<test::HostWeights>(test::random_weights(config, kWeightSeed));
+  const test::DeviceWeights weights = test::upload(*host_weights);
+  if (!options.check) host_weights.reset();  // tens of GB for the large models
+  std::fprintf(stderr, "weights: random (reference scales), generated and uploaded in %.1f s\n",
+               seconds_since(start));
+
+  MoeRuntime moe(config);
+  moe.prepare(weights.view());
+  L2Flush flush;
+
+  double launch_us = 0;
+  {
+    const std::vector<std::uint16_t> x1 = test::random_activations(config, 1, 7);
+    const driver::DeviceBuffer x1_dev = test::upload(x1);
+    driver::DeviceBuffer out1(std::size_t(config.d_hidden) * 2);
+    launch_us = time_launch_us(moe, x1_dev, out1, stream.get());
+    std::printf("launch: forward() host time at T=1: %.1f us (median, enqueue only)\n", launch_us);
+  }
+
+  std::vector<TokenResult> results;
+  for (std::int64_t tokens : token_counts) {
+    results.push_back(
+        bench_tokens(moe, host_weights.get(), tokens, options, hbm, gemm, flush, stream.get()));
+    const TokenResult& r = results.back();
+    std::printf("T=%lld: %s; experts hit %lld of %lld; first forward %.3f s%s%s\n",
+                (long long)tokens, r.plan.c_str(), (long long)r.experts_hit,
+                (long long)config.n_routed_experts, r.first_forward_s, r.checked ? "; check: " : "",
+                r.checked ? r.check.comparison.describe().c_str() : "");
+    std::fflush(stdout);
+  }
+
+  bool all_pass = true;
+  std::printf("\n%8s %10s %9s %9s %10s %11s  %s\n", "T", "ms", "TFLOP/s", "GB/s", "floor ms",
+              "time/floor", "check");
+  for (const TokenResult& r : results) {
+    std::printf("%8lld %10.4f %9.1f %9.0f %10.4f %11.2f  %s\n", (long long)r.tokens, r.ms, r.tflops,
+                r.gbps, r.floor_ms, r.over_floor, check_cell(r).c_str());
+    all_pass = all_pass && (!r.checked || r.check.pass);
+  }
+
+  if (!options.json_file.empty()) {
+    json doc = {{"tool", "rt_moe_bench"},
+                {"git_commit", RT_MOE_GIT_COMMIT},
+                {"device",
+                 {{"name", device.name},
+                  {"arch", arch},
+                  {"sm_count", device.sm_count},
+                  {"driver_version", device.driver_version}}},
+                {"nvrtc_version", nvrtc_version},
+                {"model",
+                 {{"name", model.name},
+                  {"d_hidden", config.d_hidden},
+                  {"d_expert", config.d_expert},
+                  {"n_routed_experts", config.n_routed_experts},
+                  {"n_shared_experts", config.n_shared_experts},
+                  {"top_k", config.top_k},
+                  {"dtype", to_string(config.dtype)}}},
+                {"iters", options.iters},
+                {"warmup", options.warmup},
+                {"ceilings",
+                 {{"hbm_read_bytes_per_s", hbm.value},
+                  {"hbm_read_measured", hbm.measured},
+                  {"hbm_read_note", hbm.note},
+                  {"gemm_flops_per_s", gemm.value},
+                  {"gemm_measured", gemm.measured},
+                  {"gemm_note", gemm.note}}},
+                {"launch_us_t1", launch_us},
+                {"results", json::array()}};
+    if (options.compile_timing) {
+      doc["compile"] = {{"bucket", compile.bucket},           {"kernels", compile.kernels},
+                        {"cold_wall_s", compile.cold_wall_s}, {"cold_sum_s", compile.cold_sum_s},
+                        {"cold_max_s", compile.cold_max_s},   {"warm_load_s", compile.warm_load_s}};
+    }
+    for (const TokenResult& r : results) doc["results"].push_back(result_json(r));
+    std::ofstream out(options.json_file);
+    out << doc.dump(2) << "\n";
+    if (!out) throw Error(ErrorCode::kIo, fmt::format("cannot write '{}'", options.json_file));
+  }
+  return all_pass ? kExitOk : kExitFailure;
+}
+
+}  // namespace
+}  // namespace rt_moe::tools
+
+int main(int argc, char** argv) {
+  using namespace rt_moe::tools;
+  Options options;
+  CLI::App app("Times the rt_moe forward against a floor measured in the same run.",
+               "rt_moe_bench");
+  options.model.add_options(app);
+  app.add_option("--tokens", options.tokens,
+                 "Token counts, comma-separated (default: 1,8,64,512,4096,16384 up to the "
+                 "model's max_tokens)")
+      ->delimiter(',')
+      ->check(CLI::Range(std::int64_t(1), std::int64_t(1) << 24));
+  app.add_option("--dtype", options.dtype, "Activation and weight dtype (default: the model's)")
+      ->check(CLI::IsMember({"bf16", "fp16"}));
+  app.add_flag("--check", options.check,
+               "Check each T's outputs against the CPU reference on a sample of tokens");
+  app.add_option("--json", options.json_file, "Write every number to this JSON file");
+  app.add_option("--iters", options.iters, "Timed forwards per token count (median reported)")
+      ->check(CLI::Range(1, 100000));
+  app.add_option("--warmup", options.warmup, "Untimed forwards per token count before timing")
+      ->check(CLI::Range(1, 100000));
+  app.add_flag("!--no-compile-timing", options.compile_timing,
+               "Skip timing the cold compile and warm cache load");
+  app.add_option("--plot", options.plot_file, "Plot to a PNG file (not implemented yet)");
+  return run_tool(app, argc, argv, [&] { return bench(options); });
+}

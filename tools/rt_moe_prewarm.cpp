@@ -1,0 +1,201 @@
+// rt_moe_prewarm: compiles every kernel a model's forward can run (every bucket up to max_tokens)
+// into the on-disk cache, so a server's first forwards load cubins instead of running NVRTC.
+// Needs NVRTC but no GPU (then --arch says what to compile for).
+//
+//   rt_moe_prewarm --preset deepseek-v3 --arch sm_90a --jobs 16
+//
+// The last line on stdout is always the summary:
+//   prewarm: <N> kernels, <H> cache hits, <C> compiled, <S> s
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <mutex>
+#include <regex>
+#include <thread>
+#include <unordered_set>
+#include <vector>
+
+#include "bucket.h"
+#include "compiler.h"
+#include "driver.h"
+#include "kernels.h"
+#include "specs.h"
+#include "tool_common.h"
+
+namespace rt_moe::tools {
+namespace {
+
+struct Options {
+  ModelChoice model;
+  std::string arch;
+  std::string dtype;
+  std::int64_t max_tokens = 0;  // 0: the model's
+  int jobs = 0;                 // 0: one per hardware thread
+  std::string cache_dir;
+  bool tune = false;
+};
+
+// Shows how far the compile got: a redrawn bar on a terminal, one line per kernel otherwise
+// (logs and CI keep every line).
+class Progress {
+ public:
+  explicit Progress(std::size_t total) : total_(total), tty_(isatty(STDERR_FILENO) != 0) {
+    if (tty_) draw();
+  }
+
+  void done(const KernelSpec& spec, const CompiledCubin& cubin) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ++done_;
+    if (tty_) {
+      draw();
+      if (done_ == total_) std::fputc('\n', stderr);
+    } else {
+      static constexpr const char* kSources[] = {"memory", "disk", "compiled"};
+      std::fprintf(stderr, "prewarm: [%zu/%zu] %-8s %6.2f s  %s\n", done_, total_,
+                   kSources[int(cubin.source)], cubin.seconds, spec.instance.c_str());
+    }
+  }
+
+ private:
+  void draw() const {
+    constexpr std::size_t kWidth = 40;
+    const std::size_t filled = total_ == 0 ? kWidth : done_ * kWidth / total_;
+    std::fprintf(stderr, "\r[%s%s] %zu/%zu", std::string(filled, '#').c_str(),
+                 std::string(kWidth - filled, ' ').c_str(), done_, total_);
+    std::fflush(stderr);
+  }
+
+  std::mutex mutex_;
+  std::size_t done_ = 0;
+  std::size_t total_;
+  bool tty_;
+};
+
+std::string pick_arch(const std::string& requested) {
+  if (!requested.empty()) {
+    // NVRTC's real targets: sm_XY, with the arch-specific 'a' or family 'f' suffix.
+    static const std::regex kArch("sm_[0-9]{2,3}[af]?");
+    if (!std::regex_match(requested, kArch)) {
+      throw UsageError(fmt::format("--arch '{}' is not a target like sm_90a or sm_80", requested));
+    }
+    return requested;
+  }
+  std::string why;
+  if (!driver::available(&why)) {
+    throw UsageError(
+        fmt::format("no GPU to take the target from ({}): pass --arch, e.g. --arch sm_90a", why));
+  }
+  return driver::device_info(0).arch();
+}
+
+// Every distinct kernel of every bucket, in ladder order (smallest bucket first).
+std::vector<KernelSpec> prewarm_specs(const MoeConfig& config, std::int64_t max_tokens,
+                                      std::size_t* buckets) {
+  std::vector<KernelSpec> specs;
+  std::unordered_set<std::string> seen;
+  const std::vector<Bucket> ladder = bucket_ladder(config, max_tokens);
+  for (const Bucket& bucket : ladder) {
+    for (KernelSpec& spec : forward_specs(config, default_tile(config, bucket.max_tokens))) {
+      if (seen.insert(spec.source()).second) specs.push_back(std::move(spec));
+    }
+  }
+  *buckets = ladder.size();
+  return specs;
+}
+
+int prewarm(const Options& options) {
+  if (options.tune) {
+    throw UsageError("--tune is not implemented yet (tuning will need a GPU)");
+  }
+  // Before anything reads the environment: the cache and the logger read it once, on first use.
+  if (!options.cache_dir.empty() && setenv("RT_MOE_CACHE_DIR", options.cache_dir.c_str(), 1) != 0) {
+    throw UsageError(fmt::format("cannot set RT_MOE_CACHE_DIR to '{}'", options.cache_dir));
+  }
+  ModelConfig model = options.model.load();
+  MoeConfig config = model.moe;
+  if (!options.dtype.empty()) config.dtype = parse_dtype(options.dtype);
+  config.validate();
+  const std::int64_t max_tokens = options.max_tokens > 0 ? options.max_tokens : model.max_tokens;
+  const std::string arch = pick_arch(options.arch);
+  std::string why;
+  if (!nvrtc::available(&why)) throw Error(ErrorCode::kNoCompiler, why);
+
+  std::size_t buckets = 0;
+  const std::vector<KernelSpec> specs = prewarm_specs(config, max_tokens, &buckets);
+  cache::CubinCache& cache = cubin_cache();
+  const int jobs =
+      std::max(1, options.jobs > 0 ? options.jobs : int(std::thread::hardware_concurrency()));
+  std::fprintf(stderr,
+               "prewarm: %s (%s) for %s, %zu buckets up to %lld tokens, NVRTC %s, %d jobs\n",
+               model.name.c_str(), config.describe().c_str(), arch.c_str(), buckets,
+               (long long)max_tokens, nvrtc::version().c_str(), jobs);
+  if (cache.persistent()) {
+    std::fprintf(stderr, "prewarm: cache %s\n", cache.dir().c_str());
+  } else {
+    std::fprintf(stderr,
+                 "prewarm: warning: the kernel cache is memory only (disabled, or its directory "
+                 "is unusable): nothing will be kept\n");
+  }
+
+  const auto start = std::chrono::steady_clock::now();
+  Progress progress(specs.size());
+  std::atomic<std::size_t> next{0};
+  std::atomic<std::size_t> hits{0}, compiled{0};
+  std::atomic<bool> failed{false};
+  std::exception_ptr first_error;
+  std::mutex error_mutex;
+  auto worker = [&] {
+    for (std::size_t i; !failed && (i = next++) < specs.size();) {
+      try {
+        CompiledCubin cubin = compile_cubin(specs[i], arch, cache);
+        (cubin.source == cache::Source::kCompiled ? compiled : hits)++;
+        progress.done(specs[i], cubin);
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(error_mutex);
+        if (!first_error) first_error = std::current_exception();
+        failed = true;
+      }
+    }
+  };
+  std::vector<std::thread> threads;
+  for (int t = 0; t < std::min<int>(jobs, int(specs.size())); ++t) threads.emplace_back(worker);
+  for (std::thread& thread : threads) thread.join();
+  if (first_error) std::rethrow_exception(first_error);
+
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::printf("prewarm: %zu kernels, %zu cache hits, %zu compiled, %.1f s\n", specs.size(),
+              hits.load(), compiled.load(), seconds);
+  return kExitOk;
+}
+
+}  // namespace
+}  // namespace rt_moe::tools
+
+int main(int argc, char** argv) {
+  using namespace rt_moe::tools;
+  Options options;
+  CLI::App app("Compiles every kernel of a model's forward into the rt_moe kernel cache.",
+               "rt_moe_prewarm");
+  options.model.add_options(app);
+  app.add_option("--arch", options.arch,
+                 "Compile target, e.g. sm_90a (default: GPU 0's exact arch; required without a "
+                 "GPU)");
+  app.add_option("--dtype", options.dtype, "Activation and weight dtype (default: the model's)")
+      ->check(CLI::IsMember({"bf16", "fp16"}));
+  app.add_option("--max-tokens", options.max_tokens,
+                 "Largest forward to prepare for (default: the model's max_tokens)")
+      ->check(CLI::Range(std::int64_t(1), std::int64_t(1) << 24));
+  app.add_option("--jobs,-j", options.jobs, "Compile threads (default: one per hardware thread)")
+      ->check(CLI::Range(1, 1024));
+  app.add_option("--cache-dir", options.cache_dir,
+                 "Kernel cache directory (sets RT_MOE_CACHE_DIR; default: the environment's)");
+  app.add_flag("--tune", options.tune, "Also tune tiles on the GPU (not implemented yet)");
+  return run_tool(app, argc, argv, [&] { return prewarm(options); });
+}
