@@ -13,7 +13,11 @@
 //     columns, so the epilogue has g and u of one column in one thread and writes
 //     h = SiLU(g) * u, BLOCK_N / 2 columns per block.
 //   kDown: A = h rows (sorted order), B = the expert's down rows; the epilogue scales by the pair's
-//     routing weight (1 for shared chunks) and writes y at the pair's row (t * (k + S) + slot).
+//     routing weight (1 for shared chunks) and writes y in fp32 at the pair's row
+//     (t * (k + S) + slot). fp32, because a dtype y costs up to one ulp of the largest slot in the
+//     combine's sum: more than the 1e-2 accuracy rule allows for bf16 outputs near cancellation.
+//   kRouter: the gating GEMM as a plain dense GEMM (the tensor-core path for many tokens): A = x
+//     rows 0..T-1, B = the router's E rows, the epilogue writes fp32 logits rounded to the dtype.
 // Row blocks past num_blocks (the grid is sized for the bucket's worst case) exit at once.
 #pragma once
 
@@ -21,14 +25,14 @@
 
 namespace rt_moe {
 
-enum GemmMode : int { kGateUp = 0, kDown = 1 };
+enum GemmMode : int { kGateUp = 0, kDown = 1, kRouter = 2 };
 
 template <typename D, int H, int I, int E, int S, int K, int MODE, int BLOCK_M, int BLOCK_N,
           int BLOCK_K, int WARPS_M, int WARPS_N, int STAGES>
 struct GroupedGemmSm80 {
   static constexpr int kThreads = WARPS_M * WARPS_N * 32;
   static constexpr int kSlots = K + S;
-  static constexpr int kReduce = MODE == kGateUp ? H : I;  // the GEMM's K
+  static constexpr int kReduce = MODE == kDown ? I : H;  // the GEMM's K
   static constexpr int kWarpM = BLOCK_M / WARPS_M;
   static constexpr int kWarpN = BLOCK_N / WARPS_N;
   static constexpr int kFragsM = kWarpM / 16;
@@ -60,12 +64,12 @@ struct GroupedGemmSm80 {
   static __device__ void run(const GemmParams& p) {
     extern __shared__ __align__(128) unsigned char smem[];
     const int block_m = blockIdx.x;
-    if (block_m >= *p.num_blocks) return;
-    const int expert = p.block_expert[block_m];
     const int m0 = block_m * BLOCK_M;
+    if (MODE == kRouter ? m0 >= p.tokens : block_m >= *p.num_blocks) return;
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
     const int warp_m = warp / WARPS_N, warp_n = warp % WARPS_N;
-    const ExpertWeights w = p.experts[expert];
+    ExpertWeights w = {p.b, p.b, p.b, H};
+    if (MODE != kRouter) w = p.experts[p.block_expert[block_m]];
     const unsigned short* a_base = reinterpret_cast<const unsigned short*>(p.a);
 
     // Each thread copies the same chunk column of a few rows; find those rows' sources once.
@@ -75,6 +79,10 @@ struct GroupedGemmSm80 {
 #pragma unroll
     for (int j = 0; j < kItersA; ++j) {
       int r = (tid + j * kThreads) / kChunksPerRow;
+      if (MODE == kRouter) {
+        a_rows[j] = m0 + r < p.tokens ? a_base + (long long)(m0 + r) * H : nullptr;
+        continue;
+      }
       int pair = p.sorted_rows[m0 + r];
       if (MODE == kGateUp) {
         a_rows[j] = pair >= 0 ? a_base + (long long)(pair / kSlots) * H : nullptr;
@@ -92,9 +100,11 @@ struct GroupedGemmSm80 {
         b_rows[j] = col < I ? reinterpret_cast<const unsigned short*>(matrix) + (long long)col * H
                             : nullptr;
       } else {
+        // kDown: n < H rows of down (stride down_ld); kRouter: n < E router rows (stride H).
         int n = blockIdx.y * BLOCK_N + r;
-        b_rows[j] = n < H ? reinterpret_cast<const unsigned short*>(w.down) + (long long)n * w.down_ld
-                          : nullptr;
+        b_rows[j] = n < (MODE == kDown ? H : E)
+                        ? reinterpret_cast<const unsigned short*>(w.down) + (long long)n * w.down_ld
+                        : nullptr;
       }
     }
 
@@ -170,6 +180,7 @@ struct GroupedGemmSm80 {
     // Epilogue. Fragment element v of acc[mi][ni]: row lane / 4 (+ 8 for v >= 2), column
     // (lane % 4) * 2 + (v & 1).
     unsigned* out = reinterpret_cast<unsigned*>(p.out);
+    float2* y = reinterpret_cast<float2*>(p.out);
 #pragma unroll
     for (int mi = 0; mi < kFragsM; ++mi) {
 #pragma unroll
@@ -187,6 +198,18 @@ struct GroupedGemmSm80 {
               out[((long long)row * I + col) / 2] = DTypeOps<D>::pack2(h0, h1);
             }
           }
+        } else if (MODE == kRouter) {
+          float* logits = reinterpret_cast<float*>(p.out);
+#pragma unroll
+          for (int ni = 0; ni < kFragsN; ++ni) {
+            const int col = blockIdx.y * BLOCK_N + warp_n * kWarpN + ni * 8 + (lane % 4) * 2;
+            if (row < p.tokens) {
+              if (col < E) logits[(long long)row * E + col] = round_to<D>(acc[mi][ni][half * 2]);
+              if (col + 1 < E) {
+                logits[(long long)row * E + col + 1] = round_to<D>(acc[mi][ni][half * 2 + 1]);
+              }
+            }
+          }
         } else {
           const int pair = p.sorted_rows[row];
           if (pair >= 0) {
@@ -196,8 +219,8 @@ struct GroupedGemmSm80 {
             for (int ni = 0; ni < kFragsN; ++ni) {
               const int col = blockIdx.y * BLOCK_N + warp_n * kWarpN + ni * 8 + (lane % 4) * 2;
               if (col < H) {
-                out[((long long)pair * H + col) / 2] = DTypeOps<D>::pack2(
-                    acc[mi][ni][half * 2] * weight, acc[mi][ni][half * 2 + 1] * weight);
+                y[((long long)pair * H + col) / 2] =
+                    make_float2(acc[mi][ni][half * 2] * weight, acc[mi][ni][half * 2 + 1] * weight);
               }
             }
           }

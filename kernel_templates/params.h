@@ -50,8 +50,10 @@ struct ScatterParams {
 };
 
 struct GemmParams {
-  const void* a;                 // gate/up: x (T, H), rows gathered; down: h (max_rows, I)
-  void* out;                     // gate/up: h (max_rows, I); down: y (T * (k + S), H)
+  const void* a;                 // gate/up, router: x (T, H); down: h (max_rows, I)
+  void* out;                     // gate/up: h (max_rows, I); down: fp32 y (T * (k + S), H);
+                                 // router: fp32 logits (T, E)
+  const void* b;                 // router only: (E, H)
   const ExpertWeights* experts;  // (E + S)
   const int* sorted_rows;        // (max_rows)
   const int* block_expert;       // (max_blocks)
@@ -61,7 +63,7 @@ struct GemmParams {
 };
 
 struct CombineParams {
-  const void* y;  // (T, k + S, H)
+  const void* y;  // fp32 (T, k + S, H)
   void* out;      // (T, H)
   int tokens;
 };

@@ -101,7 +101,7 @@ std::vector<KernelSpec> prewarm_specs(const MoeConfig& config, std::int64_t max_
   std::unordered_set<std::string> seen;
   const std::vector<Bucket> ladder = bucket_ladder(config, max_tokens);
   for (const Bucket& bucket : ladder) {
-    for (KernelSpec& spec : forward_specs(config, default_tile(config, bucket.max_tokens))) {
+    for (KernelSpec& spec : forward_specs(config, bucket.max_tokens)) {
       if (seen.insert(spec.source()).second) specs.push_back(std::move(spec));
     }
   }

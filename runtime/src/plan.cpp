@@ -38,7 +38,7 @@ WorkspaceLayout workspace_layout(const MoeConfig& c, std::int64_t max_tokens, in
   l.num_blocks = take(sizeof(int));
   l.sorted_rows = take(sizeof(int) * l.max_rows);
   l.h = take(std::size_t(dtype_bytes(c.dtype)) * l.max_rows * c.d_expert);
-  l.y = take(std::size_t(dtype_bytes(c.dtype)) * T * slots * c.d_hidden);
+  l.y = take(sizeof(float) * T * slots * c.d_hidden);
   l.bytes = at;
   return l;
 }

@@ -27,7 +27,7 @@ struct WorkspaceLayout {
   std::size_t num_blocks = 0;      // int (1)
   std::size_t sorted_rows = 0;     // int (max_rows)
   std::size_t h = 0;               // dtype (max_rows, I)
-  std::size_t y = 0;               // dtype (T * (k + S), H)
+  std::size_t y = 0;               // fp32 (T * (k + S), H)
   std::size_t bytes = 0;           // total
 };
 
@@ -40,6 +40,7 @@ WorkspaceLayout workspace_layout(const MoeConfig& config, std::int64_t max_token
 struct LaunchPlan {
   Bucket bucket;
   GemmTile tile;
+  GemmTile router_tile;  // block_m == 0: the CUDA-core router kernel
   WorkspaceLayout layout;
   const Kernel* router = nullptr;
   const Kernel* topk = nullptr;

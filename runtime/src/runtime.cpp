@@ -75,7 +75,8 @@ struct MoeRuntime::Impl {
     LaunchPlan plan;
     plan.bucket = bucket;
     plan.tile = default_tile(config, bucket.max_tokens);
-    std::vector<KernelSpec> specs = forward_specs(config, plan.tile);
+    plan.router_tile = router_tile(config, bucket.max_tokens);
+    std::vector<KernelSpec> specs = forward_specs(config, plan.tile, plan.router_tile);
     // Compile (or load from disk) all stages in parallel; module loads then happen here.
     std::vector<std::future<CompiledCubin>> compiled;
     for (const KernelSpec& spec : specs) {
@@ -211,9 +212,20 @@ void MoeRuntime::forward(const void* x, void* out, std::int64_t tokens, CUstream
 
   RT_MOE_CALL(cuMemsetD32Async, ws + l.counts, 0, std::size_t(E), stream);
 
-  RouterParams router{x, m.router, static_cast<float*>(ptr(l.logits)), T};
-  launch(*plan.router, {ceil_div(T, kRouterTokensPerBlock), ceil_div(E, kRouterWarps)}, router,
-         stream);
+  if (plan.router_tile.block_m == 0) {
+    RouterParams router{x, m.router, static_cast<float*>(ptr(l.logits)), T};
+    launch(*plan.router, {ceil_div(T, kRouterTokensPerBlock), ceil_div(E, kRouterWarps)}, router,
+           stream);
+  } else {
+    GemmParams router{};
+    router.a = x;
+    router.out = ptr(l.logits);
+    router.b = m.router;
+    router.tokens = T;
+    launch(*plan.router,
+           {ceil_div(T, plan.router_tile.block_m), ceil_div(E, plan.router_tile.block_n)}, router,
+           stream);
+  }
 
   TopkParams topk{static_cast<const float*>(ptr(l.logits)), static_cast<int*>(ptr(l.topk_ids)),
                   static_cast<float*>(ptr(l.topk_weights)), static_cast<int*>(ptr(l.counts)), T,
@@ -234,14 +246,15 @@ void MoeRuntime::forward(const void* x, void* out, std::int64_t tokens, CUstream
   launch(*plan.scatter, {ceil_div(T * slots, 256)}, scatter, stream);
 
   const auto* experts = m.experts.as<const ExpertWeights>();
-  GemmParams gate_up{x,
-                     ptr(l.h),
-                     experts,
-                     static_cast<const int*>(ptr(l.sorted_rows)),
-                     static_cast<const int*>(ptr(l.block_expert)),
-                     static_cast<const int*>(ptr(l.num_blocks)),
-                     static_cast<const float*>(ptr(l.topk_weights)),
-                     T};
+  GemmParams gate_up{};
+  gate_up.a = x;
+  gate_up.out = ptr(l.h);
+  gate_up.experts = experts;
+  gate_up.sorted_rows = static_cast<const int*>(ptr(l.sorted_rows));
+  gate_up.block_expert = static_cast<const int*>(ptr(l.block_expert));
+  gate_up.num_blocks = static_cast<const int*>(ptr(l.num_blocks));
+  gate_up.topk_weights = static_cast<const float*>(ptr(l.topk_weights));
+  gate_up.tokens = T;
   launch(*plan.gate_up,
          {unsigned(blocks), ceil_div(c.d_expert, plan.tile.block_n / 2)}, gate_up, stream);
 
@@ -269,8 +282,10 @@ std::string MoeRuntime::describe(std::int64_t tokens) const {
   const MoeConfig& c = impl_->config;
   Bucket b = bucket_for(c, std::max<std::int64_t>(tokens, 1));
   GemmTile tile = default_tile(c, b.max_tokens);
-  return fmt::format("bucket {} (<= {} tokens), grouped_gemm_sm80 tile {}", b.group_sum_max,
-                     b.max_tokens, tile.describe());
+  GemmTile router = router_tile(c, b.max_tokens);
+  return fmt::format("bucket {} (<= {} tokens): grouped_gemm_sm80 {}, router {}", b.group_sum_max,
+                     b.max_tokens, tile.describe(),
+                     router.block_m == 0 ? std::string("cuda-core gemv") : "mma " + router.describe());
 }
 
 }  // namespace rt_moe

@@ -27,7 +27,15 @@ GemmTile default_tile(const MoeConfig& c, long long max_tokens) {
   return {128, 128, 64, 2, 4, 3};
 }
 
-KernelSpec router_spec(const MoeConfig& c) {
+GemmTile router_tile(const MoeConfig& c, long long max_tokens) {
+  (void)c;
+  if (max_tokens < kRouterMmaMinTokens) return {0, 0, 0, 0, 0, 0};
+  if (max_tokens <= 1024) return {64, 128, 64, 2, 2, 4};
+  return {128, 128, 64, 2, 4, 3};
+}
+
+KernelSpec router_spec(const MoeConfig& c, const GemmTile& tile) {
+  if (tile.block_m != 0) return gemm_spec(c, GemmStage::kRouter, tile);
   return {"routing", "routing.cuh",
           fmt::format("rt_moe::RouterLogits<{}, {}, {}, {}, {}>", dtype_tag(c.dtype), c.d_hidden,
                       c.n_routed_experts, kRouterTokensPerBlock, kRouterWarps),
@@ -60,7 +68,10 @@ KernelSpec gemm_spec(const MoeConfig& c, GemmStage stage, const GemmTile& t) {
           fmt::format("rt_moe::GroupedGemmSm80<{}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}>",
                       dtype_tag(c.dtype), c.d_hidden, c.d_expert, c.n_routed_experts,
                       c.n_shared_experts, c.top_k,
-                      stage == GemmStage::kGateUp ? "rt_moe::kGateUp" : "rt_moe::kDown", t.block_m,
+                      stage == GemmStage::kGateUp ? "rt_moe::kGateUp"
+                      : stage == GemmStage::kDown ? "rt_moe::kDown"
+                                                  : "rt_moe::kRouter",
+                      t.block_m,
                       t.block_n, t.block_k, t.warps_m, t.warps_n, t.stages),
           "rt_moe::GemmParams"};
 }
@@ -72,14 +83,19 @@ KernelSpec combine_spec(const MoeConfig& c) {
           "rt_moe::CombineParams"};
 }
 
-std::vector<KernelSpec> forward_specs(const MoeConfig& c, const GemmTile& tile) {
-  return {router_spec(c),
+std::vector<KernelSpec> forward_specs(const MoeConfig& c, const GemmTile& tile,
+                                      const GemmTile& router) {
+  return {router_spec(c, router),
           topk_spec(c),
           offsets_spec(c, tile.block_m),
           scatter_spec(c),
           gemm_spec(c, GemmStage::kGateUp, tile),
           gemm_spec(c, GemmStage::kDown, tile),
           combine_spec(c)};
+}
+
+std::vector<KernelSpec> forward_specs(const MoeConfig& c, long long max_tokens) {
+  return forward_specs(c, default_tile(c, max_tokens), router_tile(c, max_tokens));
 }
 
 }  // namespace rt_moe

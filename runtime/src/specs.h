@@ -23,24 +23,37 @@ struct GemmTile {
   friend bool operator==(const GemmTile&, const GemmTile&) = default;
 };
 
-enum class GemmStage { kGateUp, kDown };
+enum class GemmStage { kGateUp, kDown, kRouter };
 
 // The heuristic default: the smallest BLOCK_M that the average rows per active expert fill,
 // so decode does not multiply by padding rows and prefill gets large tiles. Always valid.
 GemmTile default_tile(const MoeConfig& config, long long max_tokens);
 
+// The gating GEMM runs on CUDA cores (one warp per expert, all experts in parallel) for few
+// tokens, where it is a bandwidth-bound GEMV, and on tensor cores (the grouped GEMM's kRouter mode)
+// from this many tokens on, where the CUDA-core version would reread x and the router from L2 tens
+// of times.
+inline constexpr long long kRouterMmaMinTokens = 128;
+// The tile of the tensor-core gating GEMM for a bucket, or block_m == 0 for the CUDA-core kernel.
+GemmTile router_tile(const MoeConfig& config, long long max_tokens);
+
 inline constexpr int kRouterTokensPerBlock = 4;
 inline constexpr int kRouterWarps = 8;
 inline constexpr int kTopkWarps = 4;
 
-KernelSpec router_spec(const MoeConfig& config);
+KernelSpec router_spec(const MoeConfig& config, const GemmTile& router_tile);
 KernelSpec topk_spec(const MoeConfig& config);
 KernelSpec offsets_spec(const MoeConfig& config, int block_m);
 KernelSpec scatter_spec(const MoeConfig& config);
 KernelSpec gemm_spec(const MoeConfig& config, GemmStage stage, const GemmTile& tile);
 KernelSpec combine_spec(const MoeConfig& config);
 
-// Every spec a forward with `max_tokens` tokens (its bucket) runs.
-std::vector<KernelSpec> forward_specs(const MoeConfig& config, const GemmTile& tile);
+// Every spec a forward of a bucket of up to `max_tokens` tokens runs with the heuristic tiles.
+std::vector<KernelSpec> forward_specs(const MoeConfig& config, long long max_tokens);
+
+// Every spec a forward of one bucket runs, in stage order: router, topk, offsets, scatter,
+// gate_up, down, combine.
+std::vector<KernelSpec> forward_specs(const MoeConfig& config, const GemmTile& tile,
+                                      const GemmTile& router_tile);
 
 }  // namespace rt_moe

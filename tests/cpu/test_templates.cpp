@@ -45,7 +45,7 @@ TEST_CASE("every kernel template compiles for sm_90a (DeepSeek-V3 shape, all til
     // One token count per tile the heuristic picks: decode to prefill.
     for (long long tokens : {1LL, 64LL, 1024LL, 16384LL}) {
       GemmTile tile = default_tile(c, tokens);
-      for (const KernelSpec& spec : forward_specs(c, tile)) {
+      for (const KernelSpec& spec : forward_specs(c, tile, router_tile(c, tokens))) {
         INFO(spec.name());
         std::string cubin = compile_for_sm90a(spec);
         CHECK(is_elf(cubin));
@@ -58,7 +58,7 @@ TEST_CASE("templates compile for odd shapes (H, I not multiples of the tile, E =
           "[nvrtc]") {
   MoeConfig c = make_config(136, 40, 3, 2, 2, DType::kBF16);
   for (long long tokens : {1LL, 17LL, 100LL, 1000LL}) {
-    for (const KernelSpec& spec : forward_specs(c, default_tile(c, tokens))) {
+    for (const KernelSpec& spec : forward_specs(c, tokens)) {
       INFO(spec.name());
       CHECK(is_elf(compile_for_sm90a(spec)));
     }

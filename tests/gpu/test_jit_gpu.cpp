@@ -35,10 +35,12 @@ KernelSpec combine_kernel() {
 
 // Launches the combine kernel on random data and checks every output against the host sum.
 void launch_and_check(const Kernel& kernel) {
-  std::vector<std::uint16_t> y(std::size_t(kTokens) * kSlots * kH);
-  test::fill_random(y, DType::kBF16, 1.0f, 1234);
-  driver::DeviceBuffer y_dev(y.size() * 2), out_dev(std::size_t(kTokens) * kH * 2);
-  y_dev.upload(y.data(), y.size() * 2);
+  std::vector<std::uint16_t> y_bits(std::size_t(kTokens) * kSlots * kH);
+  test::fill_random(y_bits, DType::kBF16, 1.0f, 1234);
+  std::vector<float> y(y_bits.size());  // the combine reads fp32 y
+  for (std::size_t i = 0; i < y.size(); ++i) y[i] = test::bits_to_float(DType::kBF16, y_bits[i]);
+  driver::DeviceBuffer y_dev(y.size() * 4), out_dev(std::size_t(kTokens) * kH * 2);
+  y_dev.upload(y.data(), y.size() * 4);
   RT_MOE_CALL(cuMemsetD8Async, out_dev.get(), 0xFF, out_dev.bytes(), nullptr);
   CombineParams params{y_dev.as<const void>(), out_dev.as<void>(), kTokens};
   launch(kernel, {unsigned((kTokens * (kH / 8) + 255) / 256)}, params, nullptr);
@@ -50,7 +52,7 @@ void launch_and_check(const Kernel& kernel) {
     for (int n = 0; n < kH; ++n) {
       float sum = 0;
       for (int s = 0; s < kSlots; ++s) {
-        sum += test::bits_to_float(DType::kBF16, y[(std::size_t(t) * kSlots + s) * kH + n]);
+        sum += y[(std::size_t(t) * kSlots + s) * kH + n];
       }
       // Same order, same fp32 additions, one rounding: bitwise equal.
       if (out[std::size_t(t) * kH + n] != test::float_to_bits(DType::kBF16, sum)) ++wrong;

@@ -23,6 +23,22 @@ bool within_one_ulp(DType dtype, float a, float b) {
   return std::abs(ulp_index(float_to_bits(dtype, a)) - ulp_index(float_to_bits(dtype, b))) <= 1;
 }
 
+// One ulp of the dtype at |value|'s magnitude.
+float ulp_at(DType dtype, float value) {
+  const std::uint16_t bits = float_to_bits(dtype, std::abs(value));
+  return bits_to_float(dtype, static_cast<std::uint16_t>(bits + 1)) - bits_to_float(dtype, bits);
+}
+
+// Whether two probs of one token are as close as one ulp of its logits allows (reference.h).
+bool within_logit_ulp(DType dtype, float a, float b, float max_abs_logit) {
+  if (std::isnan(a) || std::isnan(b)) return false;
+  if (within_one_ulp(dtype, a, b)) return true;
+  const float p = std::max(std::abs(a), std::abs(b));
+  const float tolerance =
+      p * std::expm1(2.0f * ulp_at(dtype, max_abs_logit)) + ulp_at(dtype, p);
+  return std::abs(a - b) <= tolerance;
+}
+
 std::string id_list(std::span<const std::int32_t> ids) {
   return fmt::format("{{{}}}", fmt::join(ids, ", "));
 }
@@ -87,6 +103,7 @@ std::string check_routing(const MoeConfig& config, const Routing& ref,
     const auto got = ids.subspan(t * k, k);
     const auto want = std::span(ref.ids).subspan(t * k, k);
     const float* probs = &ref.probs[t * e];
+    const float max_abs_logit = ref.max_abs_logit.empty() ? 0.0f : ref.max_abs_logit[t];
     std::vector<std::int32_t> got_set(got.begin(), got.end()), want_set(want.begin(), want.end());
     std::sort(got_set.begin(), got_set.end());
     std::sort(want_set.begin(), want_set.end());
@@ -102,16 +119,17 @@ std::string check_routing(const MoeConfig& config, const Routing& ref,
       std::nth_element(sorted.begin(), sorted.begin() + k, sorted.end(), std::greater<>());
       const float next = sorted[k];
       const float kth = *std::min_element(sorted.begin(), sorted.begin() + k);
-      if (!within_one_ulp(dt, kth, next)) {
-        return fmt::format("{}; k-th and (k+1)-th probs {} and {} are more than one ulp apart",
-                           where, kth, next);
+      if (!within_logit_ulp(dt, kth, next, max_abs_logit)) {
+        return fmt::format(
+            "{}; k-th and (k+1)-th probs {} and {} are further apart than one logit ulp allows",
+            where, kth, next);
       }
       if (std::adjacent_find(got_set.begin(), got_set.end()) != got_set.end() ||
           got_set.front() < 0 || got_set.back() >= e) {
         return where + " (repeated or out-of-range id)";
       }
       for (const std::int32_t id : got_set) {
-        if (probs[id] < kth && !within_one_ulp(dt, probs[id], kth)) {
+        if (probs[id] < kth && !within_logit_ulp(dt, probs[id], kth, max_abs_logit)) {
           return fmt::format("{}; expert {} has prob {} below the k-th {}", where, id, probs[id],
                              kth);
         }
@@ -121,7 +139,7 @@ std::string check_routing(const MoeConfig& config, const Routing& ref,
     for (std::int64_t j = 0; j < k; ++j) {
       const auto pos = std::find(want.begin(), want.end(), got[j]) - want.begin();
       const float want_w = ref.weights[t * k + pos], got_w = weights[t * k + j];
-      if (!within_one_ulp(dt, got_w, want_w)) {
+      if (!within_logit_ulp(dt, got_w, want_w, max_abs_logit)) {
         return fmt::format("{}; expert {} weight {} vs reference {}", where, got[j], got_w, want_w);
       }
     }

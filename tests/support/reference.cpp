@@ -2,8 +2,8 @@
 //
 // NOTES: the forward is organised by expert, not by token, so each weight row is read and
 // converted once per block of tokens instead of once per token (the DeepSeek-V3 layer holds 22.5 GB
-// of bf16 weights). The rounding points make this exact: y = dtype(dot(h, w_down) * w) is stored
-// per (token, slot) as dtype bits, and out sums the slots in order afterwards. Every value is a dot
+// of bf16 weights). y = dot(h, w_down) * w is stored per (token, slot) in fp32, and out sums the
+// slots in order afterwards. Every value is a dot
 // product in the fixed order of host::dot_block, so neither blocking nor the thread count changes
 // a bit of the result.
 #include "reference.h"
@@ -103,7 +103,7 @@ struct Problem {
   std::int64_t h_stride, i_stride;  // padded row lengths of the float buffers
   std::vector<float> x;             // (rows, h_stride) current chunk of tokens
   std::vector<float> hidden;        // (rows, slots, i_stride) dtype-rounded h
-  std::vector<std::uint16_t> y;     // (rows, slots, H) dtype bits
+  std::vector<float> y;             // (rows, slots, H) fp32, as the GPU keeps it
   std::vector<Group> groups;
 
   float* hidden_row(const Member& m) { return hidden.data() + (m.row * slots + m.slot) * i_stride; }
@@ -139,12 +139,12 @@ RT_MOE_HOST_CLONES void hidden_item(Problem& p, const Item& item, float* gate_ro
   }
 }
 
-// y[n] = dtype(dot(h, down[n]) * weight) for a block of members and rows n; four members per pass
+// y[n] = dot(h, down[n]) * weight (fp32) for a block of members and rows n; four members per pass
 // over the converted down row.
 RT_MOE_HOST_CLONES void output_item(Problem& p, const Item& item, float* down_row) {
   const Group& group = p.groups[item.group];
   auto store = [&](const Member& m, std::int64_t n, float dot) {
-    p.y[(m.row * p.slots + m.slot) * p.h + n] = host::to_bits(p.dtype, dot * m.weight);
+    p.y[(m.row * p.slots + m.slot) * p.h + n] = dot * m.weight;
   };
   for (std::int64_t n = item.row_begin; n < item.row_end; ++n) {
     host::to_floats(p.dtype, group.view.down + n * group.view.down_stride, down_row, p.i);
@@ -205,11 +205,15 @@ Routing reference_routing(const MoeConfig& config, std::span<const std::uint16_t
   out.ids.resize(tokens * k);
   out.weights.resize(tokens * k);
   out.probs.resize(tokens * e);
+  out.max_abs_logit.resize(tokens);
   host::parallel_items(tokens, [&] {
     return [&, xf = std::vector<float>(stride, 0.0f), logits = std::vector<float>(e),
             order = std::vector<std::int32_t>(e)](std::int64_t t) mutable {
       host::to_floats(dt, &x[t * h], xf.data(), h);
       token_logits(dt, xf.data(), router_f.data(), e, stride, logits.data());
+      float max_abs = 0.0f;
+      for (float l : logits) max_abs = std::max(max_abs, std::abs(l));
+      out.max_abs_logit[t] = max_abs;
       // Softmax in fp32 over the rounded logits.
       const float max_logit = *std::max_element(logits.begin(), logits.end());
       float sum = 0.0f;
@@ -284,7 +288,7 @@ std::vector<float> reference_forward(const MoeConfig& config, const HostWeights&
     const std::int64_t count = std::min(chunk, n_rows - first);
     p.x.assign(count * p.h_stride, 0.0f);
     p.hidden.assign(count * p.slots * p.i_stride, 0.0f);
-    p.y.assign(count * p.slots * h, 0);
+    p.y.assign(count * p.slots * h, 0.0f);
     for (std::int64_t r = 0; r < count; ++r) {
       host::to_floats(p.dtype, &x[rows[first + r] * h], &p.x[r * p.h_stride], h);
     }
@@ -328,7 +332,7 @@ std::vector<float> reference_forward(const MoeConfig& config, const HostWeights&
         for (std::int64_t n = 0; n < h; ++n) {
           float sum = 0.0f;
           for (std::int64_t slot = 0; slot < p.slots; ++slot) {
-            sum += host::to_float(p.dtype, p.y[(r * p.slots + slot) * h + n]);
+            sum += p.y[(r * p.slots + slot) * h + n];
           }
           out[(first + r) * h + n] = rounded(p.dtype, sum);
         }

@@ -3,7 +3,9 @@
 // arithmetic is fp32 with the rounding points of the GPU pipeline:
 //   logits (fp32 dot) -> dtype; probs = softmax in fp32 over those -> dtype; top-k on the rounded
 //   probs, ties toward the lower expert index;
-//   h = dtype(SiLU(g) * u) with g, u fp32 dot products;  y = dtype(dot(h, w_down) * weight);
+//   h = dtype(SiLU(g) * u) with g, u fp32 dot products (h is the down GEMM's dtype input);
+//   y = dot(h, w_down) * weight in fp32 (kept in fp32: a dtype y would cost up to one ulp of the
+//   largest slot, more than the 1e-2 rule allows for bf16 outputs near cancellation);
 //   out = dtype(sum over slots in order: routed slots 0..k-1 as chosen, then S shared chunks).
 // The shared expert of width S*I is computed as S chunks of width I, each with weight 1 (the same
 // function: the down projection sums over the intermediate dimension).
@@ -51,6 +53,7 @@ struct Routing {
   std::vector<std::int32_t> ids;   // [T, k] chosen experts, in order of decreasing prob
   std::vector<float> weights;      // [T, k] their (rounded) probs
   std::vector<float> probs;        // [T, E] all rounded probs (for the tie rule)
+  std::vector<float> max_abs_logit;  // [T] largest |rounded logit| of each token
 };
 
 Routing reference_routing(const MoeConfig& config, std::span<const std::uint16_t> x,
@@ -81,9 +84,13 @@ Comparison compare(DType dtype, std::span<const std::uint16_t> out, std::span<co
                    std::int64_t cols, double atol = 1e-2, double rtol = 1e-2);
 
 // Routing check of REFERENCE.md section 2: returns a description of the first token whose chosen
-// set differs from the reference when its k-th and (k+1)-th probabilities are more than one ulp of
-// the dtype apart (or whose weights differ from the reference probs of the chosen experts);
-// empty when all tokens agree.
+// set differs from the reference when its k-th and (k+1)-th probabilities are further apart than
+// one ulp allows, or whose weights differ from the reference's by more than that; empty when all
+// tokens agree. "One ulp" is taken at the logits, where the GPU and the reference can differ: a
+// logit rounded to the dtype can land one ulp apart when the fp32 dot products sum in another
+// order, and one ulp of a logit moves a prob by a factor exp(ulp), many ulps of the prob itself
+// (bf16 logits near 4 have ulp 2^-5: probs move by 3%). The allowed prob difference for a token is
+// p * (exp(2 * ulp(max |logit|)) - 1) + one ulp of p.
 std::string check_routing(const MoeConfig& config, const Routing& ref,
                           std::span<const std::int32_t> ids, std::span<const float> weights);
 
