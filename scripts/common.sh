@@ -1,0 +1,86 @@
+# Shared set-up of scripts/test and scripts/demo: Debian packages, the CUDA toolkit check, and the
+# release build in build/. Sourced, not run; the caller sets -euo pipefail.
+
+# The repository root, whatever directory the caller was started from.
+RT_MOE_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+
+# What the build needs from Debian 12. spdlog, fmt, xxHash, nlohmann-json and CLI11 are used
+# header-only; Catch2 (v2) is for the tests.
+RT_MOE_PACKAGES=(cmake ninja-build g++ libspdlog-dev libfmt-dev catch2 libxxhash-dev
+  nlohmann-json3-dev libcli11-dev)
+
+rt_moe_log() { printf '%s: %s\n' "$(basename "$0")" "$*" >&2; }
+
+# Installs the missing packages when root (one apt-get update, one install); otherwise names them
+# and fails.
+rt_moe_install_packages() {
+  local missing=() pkg
+  for pkg in "${RT_MOE_PACKAGES[@]}"; do
+    # dpkg -s also answers for removed packages that left their configuration behind.
+    if ! dpkg -s "$pkg" 2>/dev/null | grep -q '^Status: install ok installed'; then
+      missing+=("$pkg")
+    fi
+  done
+  if ((${#missing[@]} == 0)); then
+    return 0
+  fi
+  if [[ "$(id -u)" != 0 ]]; then
+    rt_moe_log "missing Debian packages: ${missing[*]}"
+    rt_moe_log "install them with: sudo apt-get install --no-install-recommends ${missing[*]}"
+    exit 1
+  fi
+  rt_moe_log "installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update
+  apt-get install -y --no-install-recommends "${missing[@]}"
+}
+
+# The CUDA toolkit provides cuda.h and nvrtc.h at build time and libnvrtc at run time (libcuda
+# comes with the driver). It is not a Debian package here: say where it was looked for.
+rt_moe_check_cuda() {
+  local home
+  for home in "${CUDA_HOME:-}" "${CUDA_PATH:-}" /usr/local/cuda; do
+    if [[ -n "$home" && -f "$home/include/cuda.h" ]]; then
+      return 0
+    fi
+  done
+  if command -v nvcc >/dev/null 2>&1; then
+    return 0
+  fi
+  rt_moe_log "error: no CUDA toolkit: nvcc is not on PATH and no cuda.h in \$CUDA_HOME/include," \
+    "\$CUDA_PATH/include or /usr/local/cuda/include; install the CUDA toolkit (12.0 or newer)"
+  exit 1
+}
+
+# Configures (preset "release", build dir build/) and builds with every core.
+rt_moe_build() {
+  cd "$RT_MOE_ROOT"
+  cmake --preset release
+  cmake --build --preset release --parallel "$(nproc)"
+}
+
+# True when nvidia-smi works and lists at least one GPU; the reason is left in RT_MOE_NO_GPU_WHY.
+rt_moe_have_gpu() {
+  RT_MOE_NO_GPU_WHY=""
+  local listing
+  if ! command -v nvidia-smi >/dev/null 2>&1; then
+    RT_MOE_NO_GPU_WHY="nvidia-smi not found"
+    return 1
+  fi
+  if ! listing="$(nvidia-smi -L 2>&1)"; then
+    RT_MOE_NO_GPU_WHY="nvidia-smi -L failed: ${listing%%$'\n'*}"
+    return 1
+  fi
+  if ! grep -q '^GPU [0-9]' <<<"$listing"; then
+    RT_MOE_NO_GPU_WHY="nvidia-smi -L lists no GPU"
+    return 1
+  fi
+  return 0
+}
+
+# Everything a script needs before it uses build/.
+rt_moe_setup() {
+  rt_moe_install_packages
+  rt_moe_check_cuda
+  rt_moe_build
+}
