@@ -34,8 +34,7 @@ bool within_logit_ulp(DType dtype, float a, float b, float max_abs_logit) {
   if (std::isnan(a) || std::isnan(b)) return false;
   if (within_one_ulp(dtype, a, b)) return true;
   const float p = std::max(std::abs(a), std::abs(b));
-  const float tolerance =
-      p * std::expm1(2.0f * ulp_at(dtype, max_abs_logit)) + ulp_at(dtype, p);
+  const float tolerance = p * std::expm1(2.0f * ulp_at(dtype, max_abs_logit)) + ulp_at(dtype, p);
   return std::abs(a - b) <= tolerance;
 }
 

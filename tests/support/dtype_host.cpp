@@ -10,24 +10,24 @@
 namespace rt_moe::test {
 namespace {
 
+using host::F32x8;
+using host::U32x8;
 using U64x8 = std::uint64_t __attribute__((vector_size(64)));
-using U32x8 = std::uint32_t __attribute__((vector_size(32)));
 using I32x8 = std::int32_t __attribute__((vector_size(32)));
-using F32x8 = float __attribute__((vector_size(32)));
 
 constexpr std::uint64_t kGolden = 0x9e3779b97f4a7c15ull;
 
 // The splitmix64 finalizer, for scalars and vectors.
 template <class U>
-U mix64(U z) {
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+[[gnu::always_inline]] inline U mix64(const U& in) {
+  U z = (in ^ (in >> 30)) * 0xbf58476d1ce4e5b9ull;
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
   return z ^ (z >> 31);
 }
 
 // ln(u) for u in (0, 1): u = 2^e * m with m in [sqrt(1/2), sqrt(2)), ln(m) = 2 atanh(s) with
 // s = (m - 1) / (m + 1), |s| < 0.172, so the series to s^9 is below fp32 resolution.
-[[gnu::always_inline]] inline F32x8 log8(F32x8 u) {
+[[gnu::always_inline]] inline F32x8 log8(const F32x8& u) {
   const U32x8 bits = std::bit_cast<U32x8>(u);
   F32x8 m = std::bit_cast<F32x8>((bits & 0x007fffffu) | 0x3f800000u);
   I32x8 e = std::bit_cast<I32x8>(bits >> 23) - 127;
@@ -42,23 +42,24 @@ U mix64(U z) {
 
 // Box-Muller on 8 pairs [pair0, pair0 + 8): one 64-bit hash per pair gives u1 (23 bits) and
 // u2 (24 bits), and the pair gives two normals, r cos(2 pi u2) and r sin(2 pi u2), stored at
-// 2 * pair and 2 * pair + 1.
-[[gnu::always_inline]] inline host::F32x16 normals16(std::uint64_t key, std::int64_t pair0) {
+// 2 * pair and 2 * pair + 1: values [2 * pair0, 2 * pair0 + 16) in `lo` and `hi`.
+[[gnu::always_inline]] inline void normals16(std::uint64_t key, std::int64_t pair0, F32x8& lo,
+                                             F32x8& hi) {
   const U64x8 lane = {0, 1, 2, 3, 4, 5, 6, 7};
   const U64x8 z = mix64(key + (lane + static_cast<std::uint64_t>(pair0) + 1) * kGolden);
-  const I32x8 hi = __builtin_convertvector(z >> 41, I32x8);
-  const I32x8 lo = __builtin_convertvector((z >> 8) & 0xffffffu, I32x8);
+  const I32x8 bits1 = __builtin_convertvector(z >> 41, I32x8);
+  const I32x8 bits2 = __builtin_convertvector((z >> 8) & 0xffffffu, I32x8);
 
   // r = sqrt(-2 ln u1) with u1 in (0, 1), so r in (0, 5.8]; sqrt as a * rsqrt(a) with three
   // Newton steps from the classic bit-trick estimate (relative error < 1e-7).
-  const F32x8 u1 = (__builtin_convertvector(hi, F32x8) + 0.5f) * 0x1p-23f;
+  const F32x8 u1 = (__builtin_convertvector(bits1, F32x8) + 0.5f) * 0x1p-23f;
   const F32x8 a = -2.0f * log8(u1);
   F32x8 y = std::bit_cast<F32x8>(0x5f3759dfu - (std::bit_cast<U32x8>(a) >> 1));
   for (int step = 0; step < 3; ++step) y = y * (1.5f - 0.5f * a * y * y);
   const F32x8 r = a * y;
 
   // 2 pi u2 = (quadrant + f) pi / 2 with f in [-1/2, 1/2]: Taylor series on [-pi/4, pi/4].
-  const F32x8 q = __builtin_convertvector(lo, F32x8) * 0x1p-22f;  // [0, 4)
+  const F32x8 q = __builtin_convertvector(bits2, F32x8) * 0x1p-22f;  // [0, 4)
   const I32x8 quadrant = __builtin_convertvector(q + 0.5f, I32x8);
   const F32x8 f = (q - __builtin_convertvector(quadrant, F32x8)) * 1.57079633f;
   const F32x8 f2 = f * f;
@@ -68,8 +69,9 @@ U mix64(U z) {
   const I32x8 k = quadrant & 3;
   const F32x8 c = k == 0 ? cos_f : k == 1 ? -sin_f : k == 2 ? -cos_f : sin_f;
   const F32x8 s = k == 0 ? sin_f : k == 1 ? cos_f : k == 2 ? -sin_f : -cos_f;
-  return __builtin_shufflevector(r * c, r * s, 0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7,
-                                 15);
+  const F32x8 rc = r * c, rs = r * s;
+  lo = __builtin_shufflevector(rc, rs, 0, 8, 1, 9, 2, 10, 3, 11);
+  hi = __builtin_shufflevector(rc, rs, 4, 12, 5, 13, 6, 14, 7, 15);
 }
 
 constexpr std::int64_t kPairsPerBlock = 8;
@@ -77,13 +79,16 @@ constexpr std::int64_t kPairsPerBlock = 8;
 RT_MOE_HOST_CLONES void fill_pairs(std::uint16_t* out, std::int64_t n, DType dtype, float scale,
                                    std::uint64_t key, std::int64_t begin, std::int64_t end) {
   for (std::int64_t pair = begin; pair < end; pair += kPairsPerBlock) {
-    const host::F32x16 values = normals16(key, pair) * scale;
+    F32x8 lo, hi;
+    normals16(key, pair, lo, hi);
     const std::int64_t first = 2 * pair;
-    if (first + host::kLanes <= n) {
-      host::to_bits16(dtype, values, out + first);
+    if (first + 16 <= n) {
+      host::to_bits8(dtype, lo * scale, out + first);
+      host::to_bits8(dtype, hi * scale, out + first + 8);
     } else {
-      std::uint16_t tail[host::kLanes];
-      host::to_bits16(dtype, values, tail);
+      std::uint16_t tail[16];
+      host::to_bits8(dtype, lo * scale, tail);
+      host::to_bits8(dtype, hi * scale, tail + 8);
       std::memcpy(out + first, tail, (n - first) * sizeof(std::uint16_t));
     }
   }

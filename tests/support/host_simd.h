@@ -1,5 +1,5 @@
 // SIMD building blocks of the CPU reference (internal to tests/support): fp16/bf16 <-> fp32
-// conversion written once for scalars and 16-lane vectors, row conversion, and the one fp32 dot
+// conversion written once for scalars and 8-lane vectors, row conversion, and the one fp32 dot
 // product order every reference dot uses.
 //
 // NOTES: vectors are GCC/Clang vector extensions, whose arithmetic is element-wise IEEE: a lane
@@ -27,10 +27,12 @@
 
 namespace rt_moe::test::host {
 
+// Dot products run on 16 lanes (kLanes) held as two 8-wide vectors: GCC keeps 8-wide vectors in
+// AVX2 registers, while 16-wide generic vectors live on the stack on that target.
 constexpr std::int64_t kLanes = 16;
-using F32x16 = float __attribute__((vector_size(64)));
-using U32x16 = std::uint32_t __attribute__((vector_size(64)));
-using U16x16 = std::uint16_t __attribute__((vector_size(32)));
+using F32x8 = float __attribute__((vector_size(32)));
+using U32x8 = std::uint32_t __attribute__((vector_size(32)));
+using U16x8 = std::uint16_t __attribute__((vector_size(16)));
 
 constexpr std::int64_t padded(std::int64_t n) { return (n + kLanes - 1) / kLanes * kLanes; }
 
@@ -39,13 +41,13 @@ struct FloatOf {
   using type = float;
 };
 template <>
-struct FloatOf<U32x16> {
-  using type = F32x16;
+struct FloatOf<U32x8> {
+  using type = F32x8;
 };
 
-// fp32 bits -> fp16 bits (low 16 bits), round to nearest even. U is std::uint32_t or U32x16.
+// fp32 bits -> fp16 bits (low 16 bits), round to nearest even. U is std::uint32_t or U32x8.
 template <class U>
-[[gnu::always_inline]] inline U f32_to_f16_bits(U f) {
+[[gnu::always_inline]] inline U f32_to_f16_bits(const U& f) {
   using F = typename FloatOf<U>::type;
   const U zero{};
   const U sign = (f >> 16) & 0x8000u;
@@ -66,7 +68,7 @@ template <class U>
 
 // fp16 bits (low 16 bits) -> fp32 bits; NaN stays NaN (made quiet).
 template <class U>
-[[gnu::always_inline]] inline U f16_to_f32_bits(U h) {
+[[gnu::always_inline]] inline U f16_to_f32_bits(const U& h) {
   using F = typename FloatOf<U>::type;
   const U zero{};
   const U sign = (h & 0x8000u) << 16;
@@ -83,23 +85,23 @@ template <class U>
 
 // fp32 bits -> bf16 bits: the upper half, rounded to nearest even (overflow carries into Inf).
 template <class U>
-[[gnu::always_inline]] inline U f32_to_bf16_bits(U f) {
+[[gnu::always_inline]] inline U f32_to_bf16_bits(const U& f) {
   const U rounded = (f + 0x7fffu + ((f >> 16) & 1u)) >> 16;
   return (f & 0x7fffffffu) > 0x7f800000u ? (f >> 16) | 0x0040u : rounded;
 }
 
 template <class U>
-[[gnu::always_inline]] inline U bf16_to_f32_bits(U b) {
+[[gnu::always_inline]] inline U bf16_to_f32_bits(const U& b) {
   return b << 16;
 }
 
 template <class U>
-[[gnu::always_inline]] inline U to_dtype_bits(DType dtype, U f32_bits) {
+[[gnu::always_inline]] inline U to_dtype_bits(DType dtype, const U& f32_bits) {
   return dtype == DType::kF16 ? f32_to_f16_bits(f32_bits) : f32_to_bf16_bits(f32_bits);
 }
 
 template <class U>
-[[gnu::always_inline]] inline U from_dtype_bits(DType dtype, U bits) {
+[[gnu::always_inline]] inline U from_dtype_bits(DType dtype, const U& bits) {
   return dtype == DType::kF16 ? f16_to_f32_bits(bits) : bf16_to_f32_bits(bits);
 }
 
@@ -111,25 +113,24 @@ template <class U>
   return static_cast<std::uint16_t>(to_dtype_bits(dtype, std::bit_cast<std::uint32_t>(value)));
 }
 
-[[gnu::always_inline]] inline F32x16 load16(const float* p) {
-  F32x16 v;
+[[gnu::always_inline]] inline F32x8 load8(const float* p) {
+  F32x8 v;
   std::memcpy(&v, p, sizeof(v));
   return v;
 }
 
-// 16 dtype values -> 16 floats.
-[[gnu::always_inline]] inline F32x16 to_float16(DType dtype, const std::uint16_t* in) {
-  U16x16 bits;
+// 8 dtype values -> 8 floats.
+[[gnu::always_inline]] inline F32x8 to_float8(DType dtype, const std::uint16_t* in) {
+  U16x8 bits;
   std::memcpy(&bits, in, sizeof(bits));
-  const U32x16 wide = __builtin_convertvector(bits, U32x16);
-  return std::bit_cast<F32x16>(dtype == DType::kF16 ? f16_to_f32_bits(wide)
-                                                    : bf16_to_f32_bits(wide));
+  const U32x8 wide = __builtin_convertvector(bits, U32x8);
+  return std::bit_cast<F32x8>(from_dtype_bits(dtype, wide));
 }
 
-// 16 floats -> 16 dtype values, rounded to nearest even.
-[[gnu::always_inline]] inline void to_bits16(DType dtype, F32x16 values, std::uint16_t* out) {
-  const U32x16 bits = to_dtype_bits(dtype, std::bit_cast<U32x16>(values));
-  const U16x16 narrow = __builtin_convertvector(bits, U16x16);
+// 8 floats -> 8 dtype values, rounded to nearest even.
+[[gnu::always_inline]] inline void to_bits8(DType dtype, const F32x8& values, std::uint16_t* out) {
+  const U32x8 bits = to_dtype_bits(dtype, std::bit_cast<U32x8>(values));
+  const U16x8 narrow = __builtin_convertvector(bits, U16x8);
   std::memcpy(out, &narrow, sizeof(narrow));
 }
 
@@ -137,19 +138,21 @@ template <class U>
 [[gnu::always_inline]] inline void to_floats(DType dtype, const std::uint16_t* in, float* out,
                                              std::int64_t n) {
   std::int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes) {
-    const F32x16 v = to_float16(dtype, in + i);
+  for (; i + 8 <= n; i += 8) {
+    const F32x8 v = to_float8(dtype, in + i);
     std::memcpy(out + i, &v, sizeof(v));
   }
   for (; i < n; ++i) out[i] = to_float(dtype, in[i]);
 }
 
-// The reference's fp32 dot order: lane l accumulates the products of indices l, l + 16, ... in
-// increasing order; the 16 lanes are then summed pairwise (l + 8, then + 4, + 2, + 1).
-[[gnu::always_inline]] inline float lane_sum(F32x16 v) {
-  float s[kLanes];
+// The reference's fp32 dot order: lane l of 16 accumulates the products of indices l, l + 16, ...
+// in increasing order; the 16 lanes are then summed pairwise (l + 8, then + 4, + 2, + 1). `lo`
+// holds lanes 0..7, `hi` lanes 8..15.
+[[gnu::always_inline]] inline float lane_sum(const F32x8& lo, const F32x8& hi) {
+  const F32x8 v = lo + hi;
+  float s[8];
   std::memcpy(s, &v, sizeof(s));
-  for (int w = kLanes / 2; w >= 1; w /= 2) {
+  for (int w = 4; w >= 1; w /= 2) {
     for (int l = 0; l < w; ++l) s[l] += s[l + w];
   }
   return s[0];
@@ -160,22 +163,28 @@ template <class U>
 template <int kA, int kB>
 [[gnu::always_inline]] inline void dot_block(const float* const* x, const float* const* w,
                                              std::int64_t n, float (&out)[kA][kB]) {
-  F32x16 acc[kA][kB] = {};
+  F32x8 lo[kA][kB] = {}, hi[kA][kB] = {};
   for (std::int64_t i = 0; i < n; i += kLanes) {
-    F32x16 vw[kB];
+    F32x8 w_lo[kB], w_hi[kB];
 #pragma GCC unroll 4
-    for (int b = 0; b < kB; ++b) vw[b] = load16(w[b] + i);
+    for (int b = 0; b < kB; ++b) {
+      w_lo[b] = load8(w[b] + i);
+      w_hi[b] = load8(w[b] + i + 8);
+    }
 #pragma GCC unroll 4
     for (int a = 0; a < kA; ++a) {
-      const F32x16 vx = load16(x[a] + i);
+      const F32x8 x_lo = load8(x[a] + i), x_hi = load8(x[a] + i + 8);
 #pragma GCC unroll 4
-      for (int b = 0; b < kB; ++b) acc[a][b] += vx * vw[b];
+      for (int b = 0; b < kB; ++b) {
+        lo[a][b] += x_lo * w_lo[b];
+        hi[a][b] += x_hi * w_hi[b];
+      }
     }
   }
 #pragma GCC unroll 4
   for (int a = 0; a < kA; ++a) {
 #pragma GCC unroll 4
-    for (int b = 0; b < kB; ++b) out[a][b] = lane_sum(acc[a][b]);
+    for (int b = 0; b < kB; ++b) out[a][b] = lane_sum(lo[a][b], hi[a][b]);
   }
 }
 

@@ -3,9 +3,8 @@
 // NOTES: the forward is organised by expert, not by token, so each weight row is read and
 // converted once per block of tokens instead of once per token (the DeepSeek-V3 layer holds 22.5 GB
 // of bf16 weights). y = dot(h, w_down) * w is stored per (token, slot) in fp32, and out sums the
-// slots in order afterwards. Every value is a dot
-// product in the fixed order of host::dot_block, so neither blocking nor the thread count changes
-// a bit of the result.
+// slots in order afterwards. Every value is a dot product in the fixed order of host::dot_block,
+// so neither blocking nor the thread count changes a bit of the result.
 #include "reference.h"
 
 #include <fmt/format.h>
@@ -280,9 +279,10 @@ std::vector<float> reference_forward(const MoeConfig& config, const HostWeights&
   Problem p{.dtype = config.dtype, .h = h, .i = i, .slots = k + s};
   p.h_stride = padded(h);
   p.i_stride = padded(i);
-  // Tokens in chunks, so the buffers stay near 256 MiB whatever T is.
-  const std::int64_t bytes_per_row = p.h_stride * 4 + p.slots * (p.i_stride * 4 + h * 2);
-  const std::int64_t chunk = std::max<std::int64_t>(1, (std::int64_t{256} << 20) / bytes_per_row);
+  // Tokens in chunks, so the buffers stay near 1 GiB whatever T is; each chunk streams all the
+  // weights it uses once, so larger chunks mean fewer passes over them.
+  const std::int64_t bytes_per_row = sizeof(float) * (p.h_stride + p.slots * (p.i_stride + h));
+  const std::int64_t chunk = std::max<std::int64_t>(1, (std::int64_t{1} << 30) / bytes_per_row);
 
   for (std::int64_t first = 0; first < n_rows; first += chunk) {
     const std::int64_t count = std::min(chunk, n_rows - first);
