@@ -238,6 +238,7 @@ TEST_CASE("reference: routing by hand on a tiny config") {
     CHECK(r.weights[1] == r.probs[0]);
     CHECK(r.tokens == 1);
     CHECK(r.top_k == 2);
+    CHECK(r.max_abs_logit == std::vector<float>{2.0f});
 
     // Two tokens: each row of x is routed on its own.
     std::vector<std::uint16_t> x2 = unit_x(c);
@@ -440,6 +441,21 @@ TEST_CASE("reference: check_routing accepts one-ulp ties and rejects real differ
   CHECK(check_routing(c, ref, ref.ids, std::vector<float>{up_one, quarter, 0.5f, 0.25f}) == "");
   CHECK(check_routing(c, ref, ref.ids, std::vector<float>{up_two, quarter, 0.5f, 0.25f}) != "");
   CHECK(check_routing(c, ref, ref.ids, std::vector<float>{NAN, quarter, 0.5f, 0.25f}) != "");
+
+  // One ulp is taken at the logits (reference.h): at max |logit| = 4 the bf16 logit ulp is 2^-5,
+  // so probs may differ by a factor exp(2^-4) - 1 = 6.5%: 3% is a tie, 20% is not.
+  Routing wide = ref;
+  wide.max_abs_logit = {4.0f, 4.0f};
+  const std::vector<std::int32_t> swap = {0, 2, 2, 3};
+  wide.probs[2] = 0.2421875f;  // 3% below 0.25, exact in bf16
+  CHECK(check_routing(c, wide, swap, std::vector<float>{0.5f, 0.2421875f, 0.5f, 0.25f}) == "");
+  ref.probs[2] = 0.2421875f;
+  CHECK(check_routing(c, ref, swap, std::vector<float>{0.5f, 0.2421875f, 0.5f, 0.25f}) != "");
+  wide.probs[2] = 0.19921875f;  // 20% below
+  CHECK(check_routing(c, wide, swap, std::vector<float>{0.5f, 0.19921875f, 0.5f, 0.25f}) != "");
+  // Weights get the same allowance: 3% off passes at |logit| 4, 20% does not.
+  CHECK(check_routing(c, wide, ref.ids, std::vector<float>{0.515625f, quarter, 0.5f, 0.25f}) == "");
+  CHECK(check_routing(c, wide, ref.ids, std::vector<float>{0.6f, quarter, 0.5f, 0.25f}) != "");
 }
 
 }  // namespace rt_moe::test
