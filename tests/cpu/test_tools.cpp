@@ -1,0 +1,207 @@
+// The command-line tools as a user runs them (separate processes): rt_moe_prewarm fills a cache
+// that a second run only reads and that recovers from a damaged entry; bad flags and files exit 2
+// with a message; rt_moe_bench without a GPU exits 1 saying so. No GPU needed.
+#ifdef RT_MOE_TOOLS_DIR
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <string>
+
+#include "compiler.h"
+#include "driver.h"
+#include "kernels.h"
+
+namespace rt_moe {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct ToolRun {
+  int exit_code = -1;
+  std::string output;  // stdout and stderr
+};
+
+// Runs `tool` (in RT_MOE_TOOLS_DIR) with `args` through the shell, capturing its output.
+ToolRun run_tool(const std::string& tool, const std::string& args) {
+  const std::string command = std::string(RT_MOE_TOOLS_DIR) + "/" + tool + " " + args + " 2>&1";
+  ToolRun run;
+  FILE* pipe = popen(command.c_str(), "r");
+  REQUIRE(pipe != nullptr);
+  char buffer[4096];
+  for (std::size_t n; (n = std::fread(buffer, 1, sizeof(buffer), pipe)) > 0;) {
+    run.output.append(buffer, n);
+  }
+  const int status = pclose(pipe);
+  run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return run;
+}
+
+struct Summary {
+  int kernels = -1, hits = -1, compiled = -1;
+};
+
+// The one summary line that ends every successful prewarm.
+Summary parse_summary(const std::string& output) {
+  static const std::regex kLine(
+      R"(prewarm: (\d+) kernels, (\d+) cache hits, (\d+) compiled, [0-9.]+ s)");
+  std::smatch match;
+  INFO(output);
+  REQUIRE(std::regex_search(output, match, kLine));
+  return {std::stoi(match[1]), std::stoi(match[2]), std::stoi(match[3])};
+}
+
+class TempDir {
+ public:
+  TempDir() {
+    std::string pattern = (fs::temp_directory_path() / "rt_moe_test_tools_XXXXXX").string();
+    REQUIRE(mkdtemp(pattern.data()) != nullptr);
+    path_ = pattern;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  const fs::path& path() const { return path_; }
+
+ private:
+  fs::path path_;
+};
+
+}  // namespace
+
+TEST_CASE(
+    "tools: rt_moe_prewarm fills the cache, a second run only hits, a damaged entry is rebuilt",
+    "[tools][nvrtc]") {
+  TempDir cache;
+  const std::string args =
+      "--preset tiny --arch sm_90a --max-tokens 64 --jobs 2 --cache-dir " + cache.path().string();
+
+  ToolRun first = run_tool("rt_moe_prewarm", args);
+  INFO(first.output);
+  REQUIRE(first.exit_code == 0);
+  const Summary cold = parse_summary(first.output);
+  CHECK(cold.kernels > 0);
+  CHECK(cold.compiled == cold.kernels);
+  CHECK(cold.hits == 0);
+
+  ToolRun second = run_tool("rt_moe_prewarm", args);
+  INFO(second.output);
+  REQUIRE(second.exit_code == 0);
+  const Summary warm = parse_summary(second.output);
+  CHECK(warm.kernels == cold.kernels);
+  CHECK(warm.hits == warm.kernels);
+  CHECK(warm.compiled == 0);
+
+  // Truncate one entry: the next run finds it bad, removes it and compiles that kernel only.
+  fs::path entry;
+  for (const auto& file : fs::recursive_directory_iterator(cache.path())) {
+    if (file.is_regular_file() && file.path().extension() == ".cubin") {
+      entry = file.path();
+      break;
+    }
+  }
+  REQUIRE_FALSE(entry.empty());
+  fs::resize_file(entry, fs::file_size(entry) / 2);
+  ToolRun third = run_tool("rt_moe_prewarm", args);
+  INFO(third.output);
+  REQUIRE(third.exit_code == 0);
+  const Summary repaired = parse_summary(third.output);
+  CHECK(repaired.kernels == cold.kernels);
+  CHECK(repaired.compiled == 1);
+  CHECK(repaired.hits == cold.kernels - 1);
+}
+
+TEST_CASE("tools: rt_moe_prewarm: bad flags and values exit 2 with a message", "[tools]") {
+  ToolRun unknown = run_tool("rt_moe_prewarm", "--preset tiny --arch sm_90a --frobnicate");
+  CHECK(unknown.exit_code == 2);
+  CHECK(unknown.output.find("--frobnicate") != std::string::npos);
+
+  ToolRun no_model = run_tool("rt_moe_prewarm", "--arch sm_90a");
+  CHECK(no_model.exit_code == 2);
+  CHECK(no_model.output.find("--preset") != std::string::npos);
+
+  ToolRun bad_preset = run_tool("rt_moe_prewarm", "--preset nonesuch --arch sm_90a");
+  CHECK(bad_preset.exit_code == 2);
+  CHECK(bad_preset.output.find("nonesuch") != std::string::npos);
+
+  ToolRun bad_arch = run_tool("rt_moe_prewarm", "--preset tiny --arch compute_90");
+  CHECK(bad_arch.exit_code == 2);
+  CHECK(bad_arch.output.find("compute_90") != std::string::npos);
+
+  ToolRun bad_tokens = run_tool("rt_moe_prewarm", "--preset tiny --arch sm_90a --max-tokens 0");
+  CHECK(bad_tokens.exit_code == 2);
+
+  ToolRun bad_dtype = run_tool("rt_moe_prewarm", "--preset tiny --arch sm_90a --dtype fp8");
+  CHECK(bad_dtype.exit_code == 2);
+
+  ToolRun tune = run_tool("rt_moe_prewarm", "--preset tiny --arch sm_90a --tune");
+  CHECK(tune.exit_code == 2);
+  CHECK(tune.output.find("not implemented") != std::string::npos);
+
+  TempDir dir;
+  const fs::path config = dir.path() / "broken.json";
+  std::ofstream(config) << "{\"d_hidden\": 64,, }";
+  ToolRun malformed = run_tool("rt_moe_prewarm", "--config " + config.string() + " --arch sm_90a");
+  CHECK(malformed.exit_code == 2);
+  CHECK(malformed.output.find("malformed JSON") != std::string::npos);
+  CHECK(malformed.output.find(config.string()) != std::string::npos);
+
+  const fs::path unknown_key = dir.path() / "unknown_key.json";
+  std::ofstream(unknown_key) << R"({"d_hidden": 64, "d_expert": 32, "n_routed_experts": 4,
+                                    "n_shared_experts": 0, "top_k": 2, "topk": 3})";
+  ToolRun key = run_tool("rt_moe_prewarm", "--config " + unknown_key.string() + " --arch sm_90a");
+  CHECK(key.exit_code == 2);
+  CHECK(key.output.find("'topk'") != std::string::npos);
+}
+
+TEST_CASE("tools: rt_moe_prewarm without a GPU needs --arch", "[tools]") {
+  if (driver::available()) {
+    WARN("a GPU is present: the default arch comes from it; nothing to check");
+    return;
+  }
+  ToolRun run = run_tool("rt_moe_prewarm", "--preset tiny --max-tokens 8");
+  CHECK(run.exit_code == 2);
+  CHECK(run.output.find("--arch") != std::string::npos);
+}
+
+TEST_CASE("tools: rt_moe_bench without a GPU exits 1 and says so, bad flags exit 2", "[tools]") {
+  ToolRun unknown = run_tool("rt_moe_bench", "--preset tiny --frobnicate");
+  CHECK(unknown.exit_code == 2);
+  ToolRun bad_tokens = run_tool("rt_moe_bench", "--preset tiny --tokens 1,x");
+  CHECK(bad_tokens.exit_code == 2);
+  ToolRun plot = run_tool("rt_moe_bench", "--preset tiny --plot out.png");
+  CHECK(plot.exit_code == 2);
+  CHECK(plot.output.find("not implemented") != std::string::npos);
+  if (driver::available()) {
+    WARN("a GPU is present: the no-GPU path of rt_moe_bench is not checked");
+    return;
+  }
+  ToolRun run = run_tool("rt_moe_bench", "--preset tiny --tokens 1");
+  CHECK(run.exit_code == 1);
+  CHECK(run.output.find("no usable GPU") != std::string::npos);
+}
+
+TEST_CASE("tools: the benchmark's read kernel (bench.cuh) compiles for sm_90a", "[tools][nvrtc]") {
+  // The spec rt_moe_bench's HBM ceiling uses (tools/bench_ceilings.cpp).
+  const KernelSpec spec{"bench", "bench.cuh", "rt_moe::ReadBandwidth<256, 4>",
+                        "rt_moe::ReadParams"};
+  nvrtc::Request request;
+  request.name = spec.name();
+  request.source = spec.source();
+  request.arch = "sm_90a";
+  request.name_expressions = {std::string("&") + kMetaName};
+  const std::string cubin = nvrtc::compile(request).cubin;
+  CHECK(cubin.compare(0, 4,
+                      "\x7f"
+                      "ELF") == 0);
+}
+
+}  // namespace rt_moe
+
+#endif  // RT_MOE_TOOLS_DIR
