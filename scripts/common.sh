@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Shared set-up of scripts/test and scripts/demo: Debian packages, the CUDA toolkit check, and the
 # release build in build/. Sourced, not run; the caller sets -euo pipefail.
 
@@ -54,12 +55,13 @@ rt_moe_check_cuda() {
 
 # Configures (preset "release", build dir build/) and builds with every core.
 rt_moe_build() {
-  cd "$RT_MOE_ROOT"
+  cd "$RT_MOE_ROOT" || exit 1
   cmake --preset release
   cmake --build --preset release --parallel "$(nproc)"
 }
 
 # True when nvidia-smi works and lists at least one GPU; the reason is left in RT_MOE_NO_GPU_WHY.
+# shellcheck disable=SC2034  # read by the scripts that source this file
 rt_moe_have_gpu() {
   RT_MOE_NO_GPU_WHY=""
   local listing
