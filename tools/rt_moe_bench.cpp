@@ -77,8 +77,8 @@ CompileTiming time_compile(const MoeConfig& config, std::int64_t tokens, const s
   namespace fs = std::filesystem;
   CompileTiming timing;
   const Bucket bucket = bucket_for(config, tokens);
-  const GemmTile tile = default_tile(config, bucket.max_tokens);
-  const std::vector<KernelSpec> specs = forward_specs(config, bucket.max_tokens);
+  const GemmTile tile = default_tile(config, bucket.max_tokens, arch);
+  const std::vector<KernelSpec> specs = forward_specs(config, bucket.max_tokens, arch);
   timing.bucket = fmt::format("bucket {} (<= {} tokens), tile {}", bucket.group_sum_max,
                               bucket.max_tokens, tile.describe());
   timing.kernels = specs.size();

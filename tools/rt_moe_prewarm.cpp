@@ -96,12 +96,12 @@ std::string pick_arch(const std::string& requested) {
 
 // Every distinct kernel of every bucket, in ladder order (smallest bucket first).
 std::vector<KernelSpec> prewarm_specs(const MoeConfig& config, std::int64_t max_tokens,
-                                      std::size_t* buckets) {
+                                      const std::string& arch, std::size_t* buckets) {
   std::vector<KernelSpec> specs;
   std::unordered_set<std::string> seen;
   const std::vector<Bucket> ladder = bucket_ladder(config, max_tokens);
   for (const Bucket& bucket : ladder) {
-    for (KernelSpec& spec : forward_specs(config, bucket.max_tokens)) {
+    for (KernelSpec& spec : forward_specs(config, bucket.max_tokens, arch)) {
       if (seen.insert(spec.source()).second) specs.push_back(std::move(spec));
     }
   }
@@ -127,7 +127,7 @@ int prewarm(const Options& options) {
   if (!nvrtc::available(&why)) throw Error(ErrorCode::kNoCompiler, why);
 
   std::size_t buckets = 0;
-  const std::vector<KernelSpec> specs = prewarm_specs(config, max_tokens, &buckets);
+  const std::vector<KernelSpec> specs = prewarm_specs(config, max_tokens, arch, &buckets);
   cache::CubinCache& cache = cubin_cache();
   const int jobs =
       std::max(1, options.jobs > 0 ? options.jobs : int(std::thread::hardware_concurrency()));

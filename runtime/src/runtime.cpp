@@ -74,7 +74,7 @@ struct MoeRuntime::Impl {
     }
     LaunchPlan plan;
     plan.bucket = bucket;
-    plan.tile = default_tile(config, bucket.max_tokens);
+    plan.tile = default_tile(config, bucket.max_tokens, kernels->arch());
     plan.router_tile = router_tile(config, bucket.max_tokens);
     std::vector<KernelSpec> specs = forward_specs(config, plan.tile, plan.router_tile);
     // Compile (or load from disk) all stages in parallel; module loads then happen here.
@@ -281,9 +281,9 @@ MoeRuntime::RoutingView MoeRuntime::last_routing() const {
 std::string MoeRuntime::describe(std::int64_t tokens) const {
   const MoeConfig& c = impl_->config;
   Bucket b = bucket_for(c, std::max<std::int64_t>(tokens, 1));
-  GemmTile tile = default_tile(c, b.max_tokens);
+  GemmTile tile = default_tile(c, b.max_tokens, impl_->kernels->arch());
   GemmTile router = router_tile(c, b.max_tokens);
-  return fmt::format("bucket {} (<= {} tokens): grouped_gemm_sm80 {}, router {}", b.group_sum_max,
+  return fmt::format("bucket {} (<= {} tokens): grouped GEMM {}, router {}", b.group_sum_max,
                      b.max_tokens, tile.describe(),
                      router.block_m == 0 ? std::string("cuda-core gemv") : "mma " + router.describe());
 }

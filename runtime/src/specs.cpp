@@ -12,10 +12,14 @@ const char* dtype_tag(DType dtype) { return dtype == DType::kF16 ? "rt_moe::F16"
 }  // namespace
 
 std::string GemmTile::describe() const {
-  return fmt::format("{}x{}x{} w{}x{} s{}", block_m, block_n, block_k, warps_m, warps_n, stages);
+  if (sm == 90) return fmt::format("sm90 {}x{}x{} wg{} s{}", block_m, block_n, block_k, block_m / 64, stages);
+  return fmt::format("sm80 {}x{}x{} w{}x{} s{}", block_m, block_n, block_k, warps_m, warps_n,
+                     stages);
 }
 
-GemmTile default_tile(const MoeConfig& c, long long max_tokens) {
+bool has_wgmma(const std::string& arch) { return arch == "sm_90a"; }
+
+GemmTile default_tile(const MoeConfig& c, long long max_tokens, const std::string& arch) {
   const long long slots = c.top_k + c.n_shared_experts;
   const long long experts = c.n_routed_experts + c.n_shared_experts;
   const long long pairs = max_tokens * slots;
@@ -24,6 +28,7 @@ GemmTile default_tile(const MoeConfig& c, long long max_tokens) {
   if (rows_per_expert <= 16) return {16, 128, 64, 1, 4, 4};
   if (rows_per_expert <= 32) return {32, 128, 64, 2, 2, 4};
   if (rows_per_expert <= 64) return {64, 128, 64, 2, 2, 4};
+  if (has_wgmma(arch)) return {128, 256, 64, 2, 1, 4, 90};
   return {128, 128, 64, 2, 4, 3};
 }
 
@@ -64,6 +69,15 @@ KernelSpec scatter_spec(const MoeConfig& c) {
 }
 
 KernelSpec gemm_spec(const MoeConfig& c, GemmStage stage, const GemmTile& t) {
+  if (t.sm == 90) {
+    return {"grouped_gemm_sm90", "grouped_gemm_sm90.cuh",
+            fmt::format("rt_moe::GroupedGemmSm90<{}, {}, {}, {}, {}, {}, {}, {}, {}, {}>",
+                        dtype_tag(c.dtype), c.d_hidden, c.d_expert, c.n_routed_experts,
+                        c.n_shared_experts, c.top_k,
+                        stage == GemmStage::kGateUp ? "rt_moe::kGateUp" : "rt_moe::kDown",
+                        t.block_m / 64, t.block_n, t.stages),
+            "rt_moe::GemmParams"};
+  }
   return {"grouped_gemm_sm80", "grouped_gemm_sm80.cuh",
           fmt::format("rt_moe::GroupedGemmSm80<{}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}>",
                       dtype_tag(c.dtype), c.d_hidden, c.d_expert, c.n_routed_experts,
@@ -94,8 +108,9 @@ std::vector<KernelSpec> forward_specs(const MoeConfig& c, const GemmTile& tile,
           combine_spec(c)};
 }
 
-std::vector<KernelSpec> forward_specs(const MoeConfig& c, long long max_tokens) {
-  return forward_specs(c, default_tile(c, max_tokens), router_tile(c, max_tokens));
+std::vector<KernelSpec> forward_specs(const MoeConfig& c, long long max_tokens,
+                                      const std::string& arch) {
+  return forward_specs(c, default_tile(c, max_tokens, arch), router_tile(c, max_tokens));
 }
 
 }  // namespace rt_moe

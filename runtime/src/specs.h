@@ -11,7 +11,8 @@
 
 namespace rt_moe {
 
-// Tile of the mma.sync grouped GEMM (grouped_gemm_sm80.cuh).
+// Tile of the grouped GEMM. sm = 80: mma.sync (grouped_gemm_sm80.cuh), warps_m x warps_n warps;
+// sm = 90: wgmma (grouped_gemm_sm90.cuh, sm_90a only), block_m / 64 warpgroups.
 struct GemmTile {
   int block_m = 64;
   int block_n = 128;
@@ -19,15 +20,20 @@ struct GemmTile {
   int warps_m = 2;
   int warps_n = 2;
   int stages = 4;
-  std::string describe() const;  // "64x128x64 w2x2 s4"
+  int sm = 80;
+  std::string describe() const;  // "sm80 64x128x64 w2x2 s4"
   friend bool operator==(const GemmTile&, const GemmTile&) = default;
 };
+
+// Whether `arch` runs the wgmma path (sm_90a: the arch-specific target wgmma needs).
+bool has_wgmma(const std::string& arch);
 
 enum class GemmStage { kGateUp, kDown, kRouter };
 
 // The heuristic default: the smallest BLOCK_M that the average rows per active expert fill,
 // so decode does not multiply by padding rows and prefill gets large tiles. Always valid.
-GemmTile default_tile(const MoeConfig& config, long long max_tokens);
+// On sm_90a, tiles of more than 64 rows use the wgmma path.
+GemmTile default_tile(const MoeConfig& config, long long max_tokens, const std::string& arch);
 
 // The gating GEMM runs on CUDA cores (one warp per expert, all experts in parallel) for few
 // tokens, where it is a bandwidth-bound GEMV, and on tensor cores (the grouped GEMM's kRouter mode)
@@ -49,7 +55,8 @@ KernelSpec gemm_spec(const MoeConfig& config, GemmStage stage, const GemmTile& t
 KernelSpec combine_spec(const MoeConfig& config);
 
 // Every spec a forward of a bucket of up to `max_tokens` tokens runs with the heuristic tiles.
-std::vector<KernelSpec> forward_specs(const MoeConfig& config, long long max_tokens);
+std::vector<KernelSpec> forward_specs(const MoeConfig& config, long long max_tokens,
+                                      const std::string& arch);
 
 // Every spec a forward of one bucket runs, in stage order: router, topk, offsets, scatter,
 // gate_up, down, combine.

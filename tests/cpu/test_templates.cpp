@@ -44,7 +44,7 @@ TEST_CASE("every kernel template compiles for sm_90a (DeepSeek-V3 shape, all til
     MoeConfig c = make_config(7168, 2048, 256, 1, 8, dtype);
     // One token count per tile the heuristic picks: decode to prefill.
     for (long long tokens : {1LL, 64LL, 1024LL, 16384LL}) {
-      GemmTile tile = default_tile(c, tokens);
+      GemmTile tile = default_tile(c, tokens, "sm_90a");
       for (const KernelSpec& spec : forward_specs(c, tile, router_tile(c, tokens))) {
         INFO(spec.name());
         std::string cubin = compile_for_sm90a(spec);
@@ -58,7 +58,7 @@ TEST_CASE("templates compile for odd shapes (H, I not multiples of the tile, E =
           "[nvrtc]") {
   MoeConfig c = make_config(136, 40, 3, 2, 2, DType::kBF16);
   for (long long tokens : {1LL, 17LL, 100LL, 1000LL}) {
-    for (const KernelSpec& spec : forward_specs(c, tokens)) {
+    for (const KernelSpec& spec : forward_specs(c, tokens, "sm_90a")) {
       INFO(spec.name());
       CHECK(is_elf(compile_for_sm90a(spec)));
     }
@@ -84,7 +84,7 @@ TEST_CASE("kernel sources differ per shape and tile, and keys with them", "[nvrt
   MoeConfig a = make_config(7168, 2048, 256, 1, 8, DType::kBF16);
   MoeConfig b = a;
   b.dtype = DType::kF16;
-  GemmTile t1 = default_tile(a, 1), t2 = default_tile(a, 16384);
+  GemmTile t1 = default_tile(a, 1, "sm_90a"), t2 = default_tile(a, 16384, "sm_90a");
   CHECK(!(t1 == t2));
   CHECK(gemm_spec(a, GemmStage::kGateUp, t1).source() != gemm_spec(a, GemmStage::kGateUp, t2).source());
   CHECK(gemm_spec(a, GemmStage::kDown, t1).source() != gemm_spec(b, GemmStage::kDown, t1).source());

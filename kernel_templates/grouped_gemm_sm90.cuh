@@ -1,0 +1,243 @@
+// Grouped GEMM over the experts' row blocks with wgmma (sm_90a), the Hopper path.
+//
+// Tiling: a block computes BLOCK_M = 64 x WARPGROUPS rows by BLOCK_N columns of one expert, K in
+// steps of 64. Warpgroup g issues wgmma.m64n128k16 on rows [64 g, 64 g + 64) against all BLOCK_N
+// columns (BLOCK_N / 128 instructions per k16 step), A and B read from shared memory through
+// descriptors, fp32 accumulators in registers (BLOCK_N / 2 per thread).
+// Pipeline: a STAGES-deep ring filled by cp.async from all threads (A rows are gathered through
+// sorted_rows, which the tensor-copy engine cannot do on Hopper), with a prefetch distance of
+// STAGES - 2 so that one wgmma batch stays in flight while the next is issued: iteration kt waits
+// for tile kt, fences the async proxy, syncs, refills the stage of tile kt - 2 (whose wgmma batch
+// every warpgroup has retired), issues tile kt's wgmmas and retires batch kt - 1.
+// Shared memory rows are 128 bytes with 16-byte chunks XOR-swizzled by (row % 8) from 1024-byte
+// aligned tiles: exactly the 128-byte swizzle wgmma's K-major descriptors expect.
+//
+// Modes as in grouped_gemm_sm80.cuh: kGateUp (B tile = BLOCK_N / 2 gate rows then the up rows of
+// the same columns, so a thread holds g and u of each of its columns; h = SiLU(g) * u, BLOCK_N / 2
+// columns per block) and kDown (fp32 y scaled by the routing weight, written at the pair's row).
+#pragma once
+
+#include "common.cuh"
+#include "grouped_gemm_sm80.cuh"  // GemmMode
+
+namespace rt_moe {
+
+template <typename D>
+struct Wgmma;
+
+template <>
+struct Wgmma<BF16> {
+  static __device__ __forceinline__ void wgmma_m64n128k16(float* d, unsigned long long desc_a,
+                                                          unsigned long long desc_b, int scale_d) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+        "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, "
+        "%64, %65, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+  }
+};
+
+template <>
+struct Wgmma<F16> {
+  static __device__ __forceinline__ void wgmma_m64n128k16(float* d, unsigned long long desc_a,
+                                                          unsigned long long desc_b, int scale_d) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "
+        "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, "
+        "%64, %65, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+  }
+};
+
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() {
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+// Orders this thread's generic-proxy writes to shared memory (cp.async) before later reads by the
+// async proxy (wgmma).
+__device__ __forceinline__ void fence_proxy_async() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+// Shared memory descriptor of a K-major tile with the 128-byte swizzle: start address, stride of
+// 1024 bytes between groups of 8 rows (the leading offset is unused for this layout).
+__device__ __forceinline__ unsigned long long smem_descriptor(unsigned address) {
+  unsigned long long desc = 0;
+  desc |= (unsigned long long)((address & 0x3FFFF) >> 4);
+  desc |= (unsigned long long)1 << 16;           // leading byte offset (ignored): 16 B
+  desc |= (unsigned long long)(1024 >> 4) << 32;  // stride byte offset: 8 rows x 128 B
+  desc |= (unsigned long long)1 << 62;           // 128-byte swizzle
+  return desc;
+}
+
+template <typename D, int H, int I, int E, int S, int K, int MODE, int WARPGROUPS, int BLOCK_N,
+          int STAGES>
+struct GroupedGemmSm90 {
+  static constexpr int BLOCK_M = 64 * WARPGROUPS;
+  static constexpr int BLOCK_K = 64;
+  static constexpr int kThreads = WARPGROUPS * 128;
+  static constexpr int kSlots = K + S;
+  static constexpr int kReduce = MODE == kDown ? I : H;
+  static constexpr int kChunksPerRow = BLOCK_K / 8;
+  static constexpr int kTileABytes = BLOCK_M * BLOCK_K * 2;
+  static constexpr int kTileBBytes = BLOCK_N * BLOCK_K * 2;
+  static constexpr int kStageBytes = kTileABytes + kTileBBytes;
+  static constexpr int kSmemBytes = STAGES * kStageBytes + 1024;  // + alignment slack
+  static constexpr int kItersA = BLOCK_M * kChunksPerRow / kThreads;
+  static constexpr int kItersB = BLOCK_N * kChunksPerRow / kThreads;
+  static constexpr int kAcc = BLOCK_N / 2;  // fp32 accumulators per thread
+  static constexpr int kTiles = (kReduce + BLOCK_K - 1) / BLOCK_K;
+
+  static_assert(MODE == kGateUp || MODE == kDown, "the sm90 path serves the expert GEMMs");
+  static_assert(BLOCK_N % 128 == 0, "BLOCK_N is a multiple of the n128 wgmma");
+  static_assert(STAGES >= 3, "prefetch distance STAGES - 2 needs at least three stages");
+  static_assert(kTileABytes % 1024 == 0 && kTileBBytes % 1024 == 0,
+                "tiles start 1024-byte aligned for the 128-byte swizzle");
+  static_assert(kItersA * kThreads == BLOCK_M * kChunksPerRow, "A chunks divide among threads");
+  static_assert(kItersB * kThreads == BLOCK_N * kChunksPerRow, "B chunks divide among threads");
+  static_assert(kReduce % 8 == 0, "K must be a multiple of 8 for 16-byte loads");
+
+  static __device__ __forceinline__ unsigned swizzle(int row, int chunk) {
+    return (unsigned)(row * kChunksPerRow + (chunk ^ (row & 7))) * 16u;
+  }
+
+  static __device__ void run(const GemmParams& p) {
+    extern __shared__ __align__(1024) unsigned char smem[];
+    const int block_m = blockIdx.x;
+    if (block_m >= *p.num_blocks) return;
+    const int expert = p.block_expert[block_m];
+    const int m0 = block_m * BLOCK_M;
+    const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+    const int warpgroup = warp / 4, warp_in_group = warp % 4;
+    const ExpertWeights w = p.experts[expert];
+    const unsigned short* a_base = reinterpret_cast<const unsigned short*>(p.a);
+
+    const int chunk = tid % kChunksPerRow;
+    const unsigned short* a_rows[kItersA];
+    const unsigned short* b_rows[kItersB];
+#pragma unroll
+    for (int j = 0; j < kItersA; ++j) {
+      int r = (tid + j * kThreads) / kChunksPerRow;
+      int pair = p.sorted_rows[m0 + r];
+      if (MODE == kGateUp) {
+        a_rows[j] = pair >= 0 ? a_base + (long long)(pair / kSlots) * H : nullptr;
+      } else {
+        a_rows[j] = pair >= 0 ? a_base + (long long)(m0 + r) * I : nullptr;
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < kItersB; ++j) {
+      int r = (tid + j * kThreads) / kChunksPerRow;
+      if (MODE == kGateUp) {
+        int col = blockIdx.y * (BLOCK_N / 2) + r % (BLOCK_N / 2);
+        const void* matrix = r < BLOCK_N / 2 ? w.gate : w.up;
+        b_rows[j] = col < I ? reinterpret_cast<const unsigned short*>(matrix) + (long long)col * H
+                            : nullptr;
+      } else {
+        int n = blockIdx.y * BLOCK_N + r;
+        b_rows[j] = n < H ? reinterpret_cast<const unsigned short*>(w.down) + (long long)n * w.down_ld
+                          : nullptr;
+      }
+    }
+
+    const unsigned smem_base = (smem_address(smem) + 1023u) & ~1023u;
+    auto load_stage = [&](int stage, int k_tile) {
+      const int k = k_tile * BLOCK_K + chunk * 8;
+      const bool k_ok = k < kReduce;
+      const unsigned a_smem = smem_base + stage * kStageBytes;
+      const unsigned b_smem = a_smem + kTileABytes;
+#pragma unroll
+      for (int j = 0; j < kItersA; ++j) {
+        int r = (tid + j * kThreads) / kChunksPerRow;
+        bool ok = k_ok && a_rows[j] != nullptr;
+        cp_async_16(a_smem + swizzle(r, chunk), ok ? a_rows[j] + k : a_base, ok);
+      }
+#pragma unroll
+      for (int j = 0; j < kItersB; ++j) {
+        int r = (tid + j * kThreads) / kChunksPerRow;
+        bool ok = k_ok && b_rows[j] != nullptr;
+        cp_async_16(b_smem + swizzle(r, chunk), ok ? b_rows[j] + k : a_base, ok);
+      }
+    };
+
+    float acc[kAcc];
+#pragma unroll
+    for (int i = 0; i < kAcc; ++i) acc[i] = 0.f;
+
+#pragma unroll
+    for (int s = 0; s < STAGES - 2; ++s) {
+      if (s < kTiles) load_stage(s, s);
+      cp_async_commit();
+    }
+    for (int kt = 0; kt < kTiles; ++kt) {
+      cp_async_wait<STAGES - 3>();  // tile kt landed (this thread's copies)
+      fence_proxy_async();
+      __syncthreads();  // everyone's copies of tile kt, and batch kt - 2 retired everywhere
+      if (kt + STAGES - 2 < kTiles) load_stage((kt + STAGES - 2) % STAGES, kt + STAGES - 2);
+      cp_async_commit();
+
+      const unsigned a_smem = smem_base + (kt % STAGES) * kStageBytes + warpgroup * 64 * 128;
+      const unsigned b_smem = smem_base + (kt % STAGES) * kStageBytes + kTileABytes;
+      wgmma_fence();
+#pragma unroll
+      for (int ks = 0; ks < BLOCK_K / 16; ++ks) {
+        // k16 steps advance 32 bytes inside the swizzled 128-byte rows.
+        const unsigned long long desc_a = smem_descriptor(a_smem + ks * 32);
+#pragma unroll
+        for (int nh = 0; nh < BLOCK_N / 128; ++nh) {
+          const unsigned long long desc_b = smem_descriptor(b_smem + nh * 128 * 128 + ks * 32);
+          Wgmma<D>::wgmma_m64n128k16(acc + nh * 64, desc_a, desc_b, (kt > 0 || ks > 0) ? 1 : 0);
+        }
+      }
+      wgmma_commit();
+      wgmma_wait<1>();
+    }
+    wgmma_wait<0>();
+    cp_async_wait<0>();
+
+    // Epilogue. acc[4 j + v]: row 16 * warp_in_group + lane / 4 (+ 8 for v >= 2) of the
+    // warpgroup's 64, column 8 j + 2 (lane % 4) + (v & 1) of the block's BLOCK_N.
+    unsigned* out = reinterpret_cast<unsigned*>(p.out);
+    float2* y = reinterpret_cast<float2*>(p.out);
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int row = m0 + warpgroup * 64 + warp_in_group * 16 + lane / 4 + half * 8;
+      if (MODE == kGateUp) {
+#pragma unroll
+        for (int j = 0; j < BLOCK_N / 16; ++j) {
+          const int col = blockIdx.y * (BLOCK_N / 2) + j * 8 + (lane % 4) * 2;
+          if (col < I) {
+            const int g = 4 * j + half * 2, u = 4 * (j + BLOCK_N / 16) + half * 2;
+            float h0 = acc[g] / (1.f + __expf(-acc[g])) * acc[u];
+            float h1 = acc[g + 1] / (1.f + __expf(-acc[g + 1])) * acc[u + 1];
+            out[((long long)row * I + col) / 2] = DTypeOps<D>::pack2(h0, h1);
+          }
+        }
+      } else {
+        const int pair = p.sorted_rows[row];
+        if (pair >= 0) {
+          const int token = pair / kSlots, slot = pair % kSlots;
+          const float weight = slot < K ? p.topk_weights[(long long)token * K + slot] : 1.f;
+#pragma unroll
+          for (int j = 0; j < BLOCK_N / 8; ++j) {
+            const int col = blockIdx.y * BLOCK_N + j * 8 + (lane % 4) * 2;
+            if (col < H) {
+              y[((long long)pair * H + col) / 2] =
+                  make_float2(acc[4 * j + half * 2] * weight, acc[4 * j + half * 2 + 1] * weight);
+            }
+          }
+        }
+      }
+    }
+  }
+};
+
+}  // namespace rt_moe
