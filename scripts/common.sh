@@ -10,7 +10,7 @@ RT_MOE_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 RT_MOE_PACKAGES=(cmake ninja-build g++ libspdlog-dev libfmt-dev catch2 libxxhash-dev
   nlohmann-json3-dev libcli11-dev)
 
-rt_moe_log() { printf '%s: %s\n' "$(basename "$0")" "$*" >&2; }
+rt_moe_log() { printf 'scripts/%s: %s\n' "$(basename "$0")" "$*" >&2; }
 
 # Installs the missing packages when root (one apt-get update, one install); otherwise names them
 # and fails.
