@@ -315,6 +315,12 @@ int bench(const Options& options) {
   if (!options.dtype.empty()) config.dtype = parse_dtype(options.dtype);
   config.validate();
   if (!options.plot_file.empty()) throw UsageError("--plot is not implemented yet");
+  // Opened now, so an unwritable path fails before minutes of work, not after.
+  std::ofstream json_out;
+  if (!options.json_file.empty()) {
+    json_out.open(options.json_file);
+    if (!json_out) throw UsageError(fmt::format("--json: cannot write '{}'", options.json_file));
+  }
   std::vector<std::int64_t> token_counts = options.tokens;
   if (token_counts.empty()) {
     for (std::int64_t t : kDefaultTokens) {
@@ -446,9 +452,9 @@ int bench(const Options& options) {
                         {"cold_max_s", compile.cold_max_s},   {"warm_load_s", compile.warm_load_s}};
     }
     for (const TokenResult& r : results) doc["results"].push_back(result_json(r));
-    std::ofstream out(options.json_file);
-    out << doc.dump(2) << "\n";
-    if (!out) throw Error(ErrorCode::kIo, fmt::format("cannot write '{}'", options.json_file));
+    json_out << doc.dump(2) << "\n";
+    json_out.close();
+    if (!json_out) throw Error(ErrorCode::kIo, fmt::format("cannot write '{}'", options.json_file));
   }
   return all_pass ? kExitOk : kExitFailure;
 }

@@ -178,6 +178,9 @@ TEST_CASE("tools: rt_moe_bench without a GPU exits 1 and says so, bad flags exit
   ToolRun plot = run_tool("rt_moe_bench", "--preset tiny --plot out.png");
   CHECK(plot.exit_code == 2);
   CHECK(plot.output.find("not implemented") != std::string::npos);
+  ToolRun json = run_tool("rt_moe_bench", "--preset tiny --json /nonexistent/rt_moe/out.json");
+  CHECK(json.exit_code == 2);
+  CHECK(json.output.find("/nonexistent/rt_moe/out.json") != std::string::npos);
   if (driver::available()) {
     WARN("a GPU is present: the no-GPU path of rt_moe_bench is not checked");
     return;
