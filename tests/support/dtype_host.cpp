@@ -1,5 +1,4 @@
 // fp16/bf16 conversion and the counter-based random data of the CPU reference (reference.h).
-#include <bit>
 #include <cmath>
 #include <cstring>
 
@@ -28,9 +27,9 @@ template <class U>
 // ln(u) for u in (0, 1): u = 2^e * m with m in [sqrt(1/2), sqrt(2)), ln(m) = 2 atanh(s) with
 // s = (m - 1) / (m + 1), |s| < 0.172, so the series to s^9 is below fp32 resolution.
 [[gnu::always_inline]] inline F32x8 log8(const F32x8& u) {
-  const U32x8 bits = std::bit_cast<U32x8>(u);
-  F32x8 m = std::bit_cast<F32x8>((bits & 0x007fffffu) | 0x3f800000u);
-  I32x8 e = std::bit_cast<I32x8>(bits >> 23) - 127;
+  const U32x8 bits = host::bit_cast<U32x8>(u);
+  F32x8 m = host::bit_cast<F32x8>((bits & 0x007fffffu) | 0x3f800000u);
+  I32x8 e = host::bit_cast<I32x8>(bits >> 23) - 127;
   const I32x8 big = m > 1.41421356f;  // -1 where true
   m = big ? m * 0.5f : m;
   e -= big;
@@ -54,7 +53,7 @@ template <class U>
   // Newton steps from the classic bit-trick estimate (relative error < 1e-7).
   const F32x8 u1 = (__builtin_convertvector(bits1, F32x8) + 0.5f) * 0x1p-23f;
   const F32x8 a = -2.0f * log8(u1);
-  F32x8 y = std::bit_cast<F32x8>(0x5f3759dfu - (std::bit_cast<U32x8>(a) >> 1));
+  F32x8 y = host::bit_cast<F32x8>(0x5f3759dfu - (host::bit_cast<U32x8>(a) >> 1));
   for (int step = 0; step < 3; ++step) y = y * (1.5f - 0.5f * a * y * y);
   const F32x8 r = a * y;
 

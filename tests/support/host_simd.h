@@ -5,11 +5,10 @@
 // NOTES: vectors are GCC/Clang vector extensions, whose arithmetic is element-wise IEEE: a lane
 // computes exactly what scalar code computes, whatever instruction set the compiler picks. Hot
 // functions are cloned for AVX2 (without FMA, so no contraction: the clones give identical bits)
-// because the release preset builds for baseline x86-64 (SSE2), and GCC's -O2 vectorizer does not
-// reorder fp32 reductions.
+// because the build targets baseline x86-64 (SSE2), and no compiler vectorizes an fp32 reduction
+// by itself without -ffast-math (which would reorder it).
 #pragma once
 
-#include <bit>
 #include <cstdint>
 #include <cstring>
 
@@ -28,13 +27,24 @@
 namespace rt_moe::test::host {
 
 // Dot products run on 16 lanes (kLanes) held as two 8-wide vectors: GCC keeps 8-wide vectors in
-// AVX2 registers, while 16-wide generic vectors live on the stack on that target.
+// AVX2 registers, while 16-wide generic vectors live on the stack on that target (the forward
+// ran 3x slower).
 constexpr std::int64_t kLanes = 16;
 using F32x8 = float __attribute__((vector_size(32)));
 using U32x8 = std::uint32_t __attribute__((vector_size(32)));
 using U16x8 = std::uint16_t __attribute__((vector_size(16)));
 
 constexpr std::int64_t padded(std::int64_t n) { return (n + kLanes - 1) / kLanes * kLanes; }
+
+// std::bit_cast for scalars and vectors. (GCC 12's UBSan reports a null load inside std::bit_cast
+// of vector types; memcpy compiles to the same register move.)
+template <class To, class From>
+[[gnu::always_inline]] inline To bit_cast(const From& from) {
+  static_assert(sizeof(To) == sizeof(From));
+  To to;
+  std::memcpy(&to, &from, sizeof(to));
+  return to;
+}
 
 template <class U>
 struct FloatOf {
@@ -57,7 +67,7 @@ template <class U>
   const U special = a > 0x7f800000u ? ((a >> 13) & 0x3ffu) | 0x7e00u : zero + 0x7c00u;
   // Below 2^-14 (half subnormals): adding 0.5f aligns the value to 2^-24 steps, and the fp32
   // adder rounds to nearest even for us.
-  const U subnormal = std::bit_cast<U>(std::bit_cast<F>(a) + 0.5f) - 0x3f000000u;
+  const U subnormal = bit_cast<U>(bit_cast<F>(a) + 0.5f) - 0x3f000000u;
   // Rebias the exponent (-112 << 23), then round the 13 dropped bits to nearest even; a carry
   // out of the mantissa correctly bumps the exponent (up to Inf).
   const U normal = (a + 0xc8000fffu + ((a >> 13) & 1u)) >> 13;
@@ -76,7 +86,7 @@ template <class U>
   const U quiet = em > 0x7c00u ? zero + 0x00400000u : zero;
   const U special = (em << 13) | 0x7f800000u | quiet;
   // em * 2^-24 exactly: 0.5 + em * 2^-24 is representable, so the subtraction is exact.
-  const U subnormal = std::bit_cast<U>(std::bit_cast<F>(em + 0x3f000000u) - 0.5f);
+  const U subnormal = bit_cast<U>(bit_cast<F>(em + 0x3f000000u) - 0.5f);
   const U normal = (em << 13) + 0x38000000u;
   U out = em < 0x0400u ? subnormal : normal;
   out = em >= 0x7c00u ? special : out;
@@ -106,11 +116,11 @@ template <class U>
 }
 
 [[gnu::always_inline]] inline float to_float(DType dtype, std::uint16_t bits) {
-  return std::bit_cast<float>(from_dtype_bits<std::uint32_t>(dtype, bits));
+  return bit_cast<float>(from_dtype_bits<std::uint32_t>(dtype, bits));
 }
 
 [[gnu::always_inline]] inline std::uint16_t to_bits(DType dtype, float value) {
-  return static_cast<std::uint16_t>(to_dtype_bits(dtype, std::bit_cast<std::uint32_t>(value)));
+  return static_cast<std::uint16_t>(to_dtype_bits(dtype, bit_cast<std::uint32_t>(value)));
 }
 
 [[gnu::always_inline]] inline F32x8 load8(const float* p) {
@@ -124,12 +134,12 @@ template <class U>
   U16x8 bits;
   std::memcpy(&bits, in, sizeof(bits));
   const U32x8 wide = __builtin_convertvector(bits, U32x8);
-  return std::bit_cast<F32x8>(from_dtype_bits(dtype, wide));
+  return bit_cast<F32x8>(from_dtype_bits(dtype, wide));
 }
 
 // 8 floats -> 8 dtype values, rounded to nearest even.
 [[gnu::always_inline]] inline void to_bits8(DType dtype, const F32x8& values, std::uint16_t* out) {
-  const U32x8 bits = to_dtype_bits(dtype, std::bit_cast<U32x8>(values));
+  const U32x8 bits = to_dtype_bits(dtype, bit_cast<U32x8>(values));
   const U16x8 narrow = __builtin_convertvector(bits, U16x8);
   std::memcpy(out, &narrow, sizeof(narrow));
 }

@@ -10,7 +10,6 @@
 #include <fmt/format.h>
 #include <algorithm>
 #include <cmath>
-#include <limits>
 #include <numeric>
 
 #include "host_parallel.h"
