@@ -1,9 +1,10 @@
 // Grouped GEMM over the experts' row blocks with wgmma (sm_90a), the Hopper path.
 //
-// Tiling: a block computes BLOCK_M = 64 x WARPGROUPS rows by BLOCK_N columns of one expert, K in
-// steps of 64. Warpgroup g issues wgmma.m64n128k16 on rows [64 g, 64 g + 64) against all BLOCK_N
-// columns (BLOCK_N / 128 instructions per k16 step), A and B read from shared memory through
-// descriptors, fp32 accumulators in registers (BLOCK_N / 2 per thread).
+// Tiling: a block computes BLOCK_M = 64 x WG_M rows by BLOCK_N columns of one expert, K in steps
+// of 64, with WG_M x WG_N warpgroups. Warpgroup (gm, gn) issues wgmma.m64n128k16 on rows
+// [64 gm, 64 gm + 64) against its slice of BLOCK_N / WG_N columns (one instruction per 128 columns
+// per k16 step), A and B read from shared memory through descriptors, fp32 accumulators in
+// registers (BLOCK_N / WG_N / 2 per thread).
 // Pipeline: a STAGES-deep ring filled by cp.async from all threads (A rows are gathered through
 // sorted_rows, which the tensor-copy engine cannot do on Hopper), with a prefetch distance of
 // STAGES - 2 so that one wgmma batch stays in flight while the next is issued: iteration kt waits
@@ -12,9 +13,9 @@
 // Shared memory rows are 128 bytes with 16-byte chunks XOR-swizzled by (row % 8) from 1024-byte
 // aligned tiles: exactly the 128-byte swizzle wgmma's K-major descriptors expect.
 //
-// Modes as in grouped_gemm_sm80.cuh: kGateUp (B tile = BLOCK_N / 2 gate rows then the up rows of
-// the same columns, so a thread holds g and u of each of its columns; h = SiLU(g) * u, BLOCK_N / 2
-// columns per block) and kDown (fp32 y scaled by the routing weight, written at the pair's row).
+// Modes as in grouped_gemm_sm80.cuh: kGateUp (each warpgroup's slice of B rows is half gate rows,
+// half the up rows of the same columns, so a thread holds g and u of each of its columns;
+// h = SiLU(g) * u, BLOCK_N / 2 columns per block) and kDown (fp32 y scaled by the routing weight, written at the pair's row).
 #pragma once
 
 #include "common.cuh"
@@ -78,12 +79,13 @@ __device__ __forceinline__ unsigned long long smem_descriptor(unsigned address) 
   return desc;
 }
 
-template <typename D, int H, int I, int E, int S, int K, int MODE, int WARPGROUPS, int BLOCK_N,
+template <typename D, int H, int I, int E, int S, int K, int MODE, int WG_M, int WG_N, int BLOCK_N,
           int STAGES>
 struct GroupedGemmSm90 {
-  static constexpr int BLOCK_M = 64 * WARPGROUPS;
+  static constexpr int BLOCK_M = 64 * WG_M;
   static constexpr int BLOCK_K = 64;
-  static constexpr int kThreads = WARPGROUPS * 128;
+  static constexpr int kThreads = WG_M * WG_N * 128;
+  static constexpr int kSlice = BLOCK_N / WG_N;  // B rows (output columns) of one warpgroup
   static constexpr int kSlots = K + S;
   static constexpr int kReduce = MODE == kDown ? I : H;
   static constexpr int kChunksPerRow = BLOCK_K / 8;
@@ -93,11 +95,11 @@ struct GroupedGemmSm90 {
   static constexpr int kSmemBytes = STAGES * kStageBytes + 1024;  // + alignment slack
   static constexpr int kItersA = BLOCK_M * kChunksPerRow / kThreads;
   static constexpr int kItersB = BLOCK_N * kChunksPerRow / kThreads;
-  static constexpr int kAcc = BLOCK_N / 2;  // fp32 accumulators per thread
+  static constexpr int kAcc = kSlice / 2;  // fp32 accumulators per thread
   static constexpr int kTiles = (kReduce + BLOCK_K - 1) / BLOCK_K;
 
   static_assert(MODE == kGateUp || MODE == kDown, "the sm90 path serves the expert GEMMs");
-  static_assert(BLOCK_N % 128 == 0, "BLOCK_N is a multiple of the n128 wgmma");
+  static_assert(kSlice % 128 == 0, "each warpgroup's columns are a multiple of the n128 wgmma");
   static_assert(STAGES >= 3, "prefetch distance STAGES - 2 needs at least three stages");
   static_assert(kTileABytes % 1024 == 0 && kTileBBytes % 1024 == 0,
                 "tiles start 1024-byte aligned for the 128-byte swizzle");
@@ -117,6 +119,7 @@ struct GroupedGemmSm90 {
     const int m0 = block_m * BLOCK_M;
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
     const int warpgroup = warp / 4, warp_in_group = warp % 4;
+    const int wg_m = warpgroup / WG_N, wg_n = warpgroup % WG_N;
     const ExpertWeights w = p.experts[expert];
     const unsigned short* a_base = reinterpret_cast<const unsigned short*>(p.a);
 
@@ -137,8 +140,9 @@ struct GroupedGemmSm90 {
     for (int j = 0; j < kItersB; ++j) {
       int r = (tid + j * kThreads) / kChunksPerRow;
       if (MODE == kGateUp) {
-        int col = blockIdx.y * (BLOCK_N / 2) + r % (BLOCK_N / 2);
-        const void* matrix = r < BLOCK_N / 2 ? w.gate : w.up;
+        const int slice = r / kSlice, q = r % kSlice;
+        int col = blockIdx.y * (BLOCK_N / 2) + slice * (kSlice / 2) + q % (kSlice / 2);
+        const void* matrix = q < kSlice / 2 ? w.gate : w.up;
         b_rows[j] = col < I ? reinterpret_cast<const unsigned short*>(matrix) + (long long)col * H
                             : nullptr;
       } else {
@@ -184,15 +188,16 @@ struct GroupedGemmSm90 {
       if (kt + STAGES - 2 < kTiles) load_stage((kt + STAGES - 2) % STAGES, kt + STAGES - 2);
       cp_async_commit();
 
-      const unsigned a_smem = smem_base + (kt % STAGES) * kStageBytes + warpgroup * 64 * 128;
-      const unsigned b_smem = smem_base + (kt % STAGES) * kStageBytes + kTileABytes;
+      const unsigned a_smem = smem_base + (kt % STAGES) * kStageBytes + wg_m * 64 * 128;
+      const unsigned b_smem =
+          smem_base + (kt % STAGES) * kStageBytes + kTileABytes + wg_n * kSlice * 128;
       wgmma_fence();
 #pragma unroll
       for (int ks = 0; ks < BLOCK_K / 16; ++ks) {
         // k16 steps advance 32 bytes inside the swizzled 128-byte rows.
         const unsigned long long desc_a = smem_descriptor(a_smem + ks * 32);
 #pragma unroll
-        for (int nh = 0; nh < BLOCK_N / 128; ++nh) {
+        for (int nh = 0; nh < kSlice / 128; ++nh) {
           const unsigned long long desc_b = smem_descriptor(b_smem + nh * 128 * 128 + ks * 32);
           Wgmma<D>::wgmma_m64n128k16(acc + nh * 64, desc_a, desc_b, (kt > 0 || ks > 0) ? 1 : 0);
         }
@@ -204,18 +209,18 @@ struct GroupedGemmSm90 {
     cp_async_wait<0>();
 
     // Epilogue. acc[4 j + v]: row 16 * warp_in_group + lane / 4 (+ 8 for v >= 2) of the
-    // warpgroup's 64, column 8 j + 2 (lane % 4) + (v & 1) of the block's BLOCK_N.
+    // warpgroup's 64, column 8 j + 2 (lane % 4) + (v & 1) of the warpgroup's slice.
     unsigned* out = reinterpret_cast<unsigned*>(p.out);
     float2* y = reinterpret_cast<float2*>(p.out);
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-      const int row = m0 + warpgroup * 64 + warp_in_group * 16 + lane / 4 + half * 8;
+      const int row = m0 + wg_m * 64 + warp_in_group * 16 + lane / 4 + half * 8;
       if (MODE == kGateUp) {
 #pragma unroll
-        for (int j = 0; j < BLOCK_N / 16; ++j) {
-          const int col = blockIdx.y * (BLOCK_N / 2) + j * 8 + (lane % 4) * 2;
+        for (int j = 0; j < kSlice / 16; ++j) {
+          const int col = blockIdx.y * (BLOCK_N / 2) + wg_n * (kSlice / 2) + j * 8 + (lane % 4) * 2;
           if (col < I) {
-            const int g = 4 * j + half * 2, u = 4 * (j + BLOCK_N / 16) + half * 2;
+            const int g = 4 * j + half * 2, u = 4 * (j + kSlice / 16) + half * 2;
             float h0 = acc[g] / (1.f + __expf(-acc[g])) * acc[u];
             float h1 = acc[g + 1] / (1.f + __expf(-acc[g + 1])) * acc[u + 1];
             out[((long long)row * I + col) / 2] = DTypeOps<D>::pack2(h0, h1);
@@ -227,8 +232,8 @@ struct GroupedGemmSm90 {
           const int token = pair / kSlots, slot = pair % kSlots;
           const float weight = slot < K ? p.topk_weights[(long long)token * K + slot] : 1.f;
 #pragma unroll
-          for (int j = 0; j < BLOCK_N / 8; ++j) {
-            const int col = blockIdx.y * BLOCK_N + j * 8 + (lane % 4) * 2;
+          for (int j = 0; j < kSlice / 8; ++j) {
+            const int col = blockIdx.y * BLOCK_N + wg_n * kSlice + j * 8 + (lane % 4) * 2;
             if (col < H) {
               y[((long long)pair * H + col) / 2] =
                   make_float2(acc[4 * j + half * 2] * weight, acc[4 * j + half * 2 + 1] * weight);

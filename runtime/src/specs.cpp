@@ -12,7 +12,10 @@ const char* dtype_tag(DType dtype) { return dtype == DType::kF16 ? "rt_moe::F16"
 }  // namespace
 
 std::string GemmTile::describe() const {
-  if (sm == 90) return fmt::format("sm90 {}x{}x{} wg{} s{}", block_m, block_n, block_k, block_m / 64, stages);
+  if (sm == 90) {
+    return fmt::format("sm90 {}x{}x{} wg{}x{} s{}", block_m, block_n, block_k, warps_m, warps_n,
+                       stages);
+  }
   return fmt::format("sm80 {}x{}x{} w{}x{} s{}", block_m, block_n, block_k, warps_m, warps_n,
                      stages);
 }
@@ -28,7 +31,7 @@ GemmTile default_tile(const MoeConfig& c, long long max_tokens, const std::strin
   if (rows_per_expert <= 16) return {16, 128, 64, 1, 4, 4};
   if (rows_per_expert <= 32) return {32, 128, 64, 2, 2, 4};
   if (rows_per_expert <= 64) return {64, 128, 64, 2, 2, 4};
-  if (has_wgmma(arch)) return {128, 256, 64, 2, 1, 4, 90};
+  if (has_wgmma(arch)) return {128, 256, 64, 2, 1, 4, 90};  // warps_m/n count warpgroups
   return {128, 128, 64, 2, 4, 3};
 }
 
@@ -71,11 +74,11 @@ KernelSpec scatter_spec(const MoeConfig& c) {
 KernelSpec gemm_spec(const MoeConfig& c, GemmStage stage, const GemmTile& t) {
   if (t.sm == 90) {
     return {"grouped_gemm_sm90", "grouped_gemm_sm90.cuh",
-            fmt::format("rt_moe::GroupedGemmSm90<{}, {}, {}, {}, {}, {}, {}, {}, {}, {}>",
+            fmt::format("rt_moe::GroupedGemmSm90<{}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}>",
                         dtype_tag(c.dtype), c.d_hidden, c.d_expert, c.n_routed_experts,
                         c.n_shared_experts, c.top_k,
                         stage == GemmStage::kGateUp ? "rt_moe::kGateUp" : "rt_moe::kDown",
-                        t.block_m / 64, t.block_n, t.stages),
+                        t.warps_m, t.warps_n, t.block_n, t.stages),
             "rt_moe::GemmParams"};
   }
   return {"grouped_gemm_sm80", "grouped_gemm_sm80.cuh",

@@ -12,7 +12,8 @@
 namespace rt_moe {
 
 // Tile of the grouped GEMM. sm = 80: mma.sync (grouped_gemm_sm80.cuh), warps_m x warps_n warps;
-// sm = 90: wgmma (grouped_gemm_sm90.cuh, sm_90a only), block_m / 64 warpgroups.
+// sm = 90: wgmma (grouped_gemm_sm90.cuh, sm_90a only), warps_m x warps_n warpgroups
+// (block_m = 64 warps_m).
 struct GemmTile {
   int block_m = 64;
   int block_n = 128;
