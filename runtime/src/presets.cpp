@@ -27,15 +27,43 @@ constexpr std::string_view kPresetSuffix = ".json";
 // No server runs more tokens than this through one layer in one forward; the bound keeps the
 // bucket ladder (and the tools' loops over it) short.
 constexpr std::int64_t kMaxTokensBound = std::int64_t(1) << 24;
+// MoeConfig::validate() allows up to 1e6.
+constexpr double kMaxScalingFactor = 1e6;
 
 [[noreturn]] void fail(const std::string& origin, const std::string& what) {
   throw Error(ErrorCode::kInvalidArgument, fmt::format("{}: {}", origin, what));
 }
 
+// A config file is untrusted: it may hold a huge or deeply nested value, so JSON is parsed to a
+// bounded depth and a bad value is described by its type and a short prefix only (dump() of a
+// whole value would recurse once per level and copy every byte).
+constexpr int kMaxJsonDepth = 16;  // the schema itself needs 2
+constexpr std::size_t kShownChars = 40;
+
+// `text` cut to kShownChars bytes for a message (it may end inside a UTF-8 sequence; JSON text
+// is only ever shown through dump(), which replaces what it cannot encode).
+std::string clipped(std::string_view text, std::size_t limit = kShownChars) {
+  if (text.size() <= limit) return std::string(text);
+  return std::string(text.substr(0, limit - 3)) + "...";
+}
+
 std::string shown(const json& value) {
-  std::string text = value.dump();
-  if (text.size() > 40) text = text.substr(0, 37) + "...";
+  std::string text;
+  if (value.is_array()) {
+    text = fmt::format("of {} elements", value.size());
+  } else if (value.is_object()) {
+    text = fmt::format("of {} keys", value.size());
+  } else {
+    const json head =
+        value.is_string() ? json(clipped(value.get_ref<const std::string&>())) : value;
+    text = clipped(head.dump(-1, ' ', false, json::error_handler_t::replace));
+  }
   return fmt::format("{} {}", value.type_name(), text);
+}
+
+// A string value of the config, quoted and clipped for a message.
+std::string json_string(const std::string& text) {
+  return json(clipped(text)).dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
 // Reads the keys of one JSON object, rejecting any key it was not asked about.
@@ -106,7 +134,7 @@ class ObjectReader {
   void reject_unknown() const {
     for (auto it = object_.begin(); it != object_.end(); ++it) {
       if (std::find(known_.begin(), known_.end(), it.key()) == known_.end()) {
-        fail(origin_, fmt::format("unknown key '{}{}' (known keys: {})", prefix_, it.key(),
+        fail(origin_, fmt::format("unknown key '{}{}' (known keys: {})", prefix_, clipped(it.key()),
                                   fmt::join(known_, ", ")));
       }
     }
@@ -128,11 +156,17 @@ RoutingConfig parse_routing(const json& object, const std::string& origin) {
   } else if (score == "sigmoid") {
     routing.score = RoutingConfig::Score::kSigmoid;
   } else {
-    fail(origin, fmt::format("'routing.score' = \"{}\" must be \"softmax\" or \"sigmoid\"", score));
+    fail(origin, fmt::format("'routing.score' = {} must be \"softmax\" or \"sigmoid\"",
+                             json_string(score)));
   }
   routing.renormalize = r.boolean("renormalize", routing.renormalize);
-  routing.routed_scaling_factor =
-      float(r.number("routed_scaling_factor", routing.routed_scaling_factor));
+  // Range-checked as a double: converting a double beyond float's range to float is undefined.
+  const double scale = r.number("routed_scaling_factor", routing.routed_scaling_factor);
+  if (!(scale > 0.0) || scale > kMaxScalingFactor) {
+    fail(origin, fmt::format("'routing.routed_scaling_factor' = {} must be in (0, {}]", scale,
+                             kMaxScalingFactor));
+  }
+  routing.routed_scaling_factor = float(scale);
   r.reject_unknown();
   return routing;
 }
@@ -142,9 +176,17 @@ RoutingConfig parse_routing(const json& object, const std::string& origin) {
 ModelConfig parse_model_config(std::string_view text, const std::string& origin) {
   json root;
   try {
-    root = json::parse(text.begin(), text.end());
-  } catch (const json::parse_error& e) {
-    fail(origin, fmt::format("malformed JSON: {}", e.what()));
+    const json::parser_callback_t bounded = [&](int depth, json::parse_event_t, json&) {
+      if (depth > kMaxJsonDepth) {
+        fail(origin, fmt::format("malformed JSON: nested deeper than {} levels", kMaxJsonDepth));
+      }
+      return true;
+    };
+    root = json::parse(text.begin(), text.end(), bounded);
+  } catch (const json::exception& e) {
+    // parse_error, and out_of_range for a number beyond double (1e400). Both quote the token
+    // they stopped at, which can be as long as the file.
+    fail(origin, fmt::format("malformed JSON: {}", clipped(e.what(), 4 * kShownChars)));
   }
   if (!root.is_object()) fail(origin, fmt::format("want a JSON object, got {}", shown(root)));
 
@@ -164,7 +206,7 @@ ModelConfig parse_model_config(std::string_view text, const std::string& origin)
   r.reject_unknown();
 
   if (dtype != "bf16" && dtype != "fp16") {
-    fail(origin, fmt::format("'dtype' = \"{}\" must be \"bf16\" or \"fp16\"", dtype));
+    fail(origin, fmt::format("'dtype' = {} must be \"bf16\" or \"fp16\"", json_string(dtype)));
   }
   c.dtype = parse_dtype(dtype);
   if (model.max_tokens < 1 || model.max_tokens > kMaxTokensBound) {

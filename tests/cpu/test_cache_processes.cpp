@@ -10,12 +10,15 @@
 #include <string>
 #include <vector>
 
+#include "../helpers/cache_child_keys.h"
 #include "disk_cache.h"
 
 extern char** environ;
 
 namespace fs = std::filesystem;
 using namespace rt_moe::cache;
+using rt_moe::cache::test::child_payload;
+using rt_moe::cache::test::child_preimage;
 
 namespace {
 
@@ -35,24 +38,6 @@ class TempDir {
  private:
   fs::path path_;
 };
-
-// Must match tests/helpers/cache_child.cpp.
-Preimage child_preimage(int key) {
-  return Preimage().add("test", "cache_child").add("key", std::to_string(key));
-}
-
-std::string child_payload(int key) {
-  std::string bytes =
-      "\x7f"
-      "ELF";
-  std::uint32_t state = 2166136261u ^ static_cast<std::uint32_t>(key);
-  const std::size_t size = 2048 + 97 * static_cast<std::size_t>(key);
-  while (bytes.size() < size) {
-    state = state * 1664525u + 1013904223u;
-    bytes.push_back(static_cast<char>(state >> 24));
-  }
-  return bytes;
-}
 
 pid_t spawn(const std::vector<std::string>& args) {
   std::vector<char*> argv;

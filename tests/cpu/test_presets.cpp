@@ -211,6 +211,42 @@ TEST_CASE("presets: zero, negative and out-of-range sizes are errors naming the 
   }
 }
 
+// Found by tests/fuzz/fuzz_config.cpp: a number beyond double threw nlohmann's out_of_range (not an
+// Error), and a deeply nested value overflowed the stack when the message dumped it.
+TEST_CASE("presets: hostile JSON is an Error, never another exception or a crash", "[presets]") {
+  CHECK(load_error(R"({"d_hidden": 1e400})").find("1e400") != std::string::npos);
+  CHECK(load_error(R"({"d_hidden": -1e400})").find("overflow") != std::string::npos);
+
+  const std::string deep = std::string(200000, '[') + std::string(200000, ']');
+  CHECK(load_error(deep).find("nested deeper") != std::string::npos);
+  CHECK(load_error(R"({"d_hidden": )" + deep + "}").find("nested deeper") != std::string::npos);
+  // The schema's own depth (routing) is far below the bound.
+  std::string nested = kValid;
+  nested.replace(nested.find("\"softmax\""), 9, "[[[[1]]]]");
+  CHECK(load_error(nested).find("'routing.score'") != std::string::npos);
+
+  // Beyond float's range: checked before the conversion (which would be undefined behaviour).
+  std::string scale = kValid;
+  scale.replace(scale.find("2.5"), 3, "1e300");
+  CHECK(load_error(scale).find("routed_scaling_factor") != std::string::npos);
+
+  // A huge value, key or token is shown clipped, not copied whole into the message.
+  const std::string huge(1 << 20, 'x');
+  std::string huge_dtype = kValid;
+  huge_dtype.replace(huge_dtype.find("\"fp16\""), 6, '"' + huge + '"');
+  std::string huge_key = kValid;
+  huge_key.insert(1, '"' + huge + "\": 1, ");
+  std::string many = "1";
+  for (int i = 0; i < 100000; ++i) many += ",1";
+  for (const std::string& text :
+       {R"({"d_hidden": ")" + huge + "\"}", huge_dtype, huge_key, R"({"d_hidden": [)" + many + "]}",
+        R"({"d_hidden": )" + std::string(100000, '9') + "}",
+        R"({"d_hidden": )" + std::string(100000, '9') + "x}", R"({"name": ")" + huge}) {
+    const std::string what = load_error(text);
+    CHECK(what.size() < 1000);
+  }
+}
+
 TEST_CASE("presets: a missing file is an error naming it", "[presets]") {
   const std::string path = "/nonexistent/rt_moe/model.json";
   try {
