@@ -118,7 +118,11 @@ bool is_staging_name(std::string_view name) {
   return name.starts_with('.') && name.ends_with(".tmp");
 }
 
-PublishResult publish(const fs::path& dir, const std::string& name, std::string_view bytes) {
+namespace {
+
+// Creates `dir` if missing and writes `bytes` to a fresh staging file in it, fsync'ed and closed.
+// On failure the staging file is removed and the result says which step failed.
+PublishResult write_staging(const fs::path& dir, const fs::path& staging, std::string_view bytes) {
   auto failed = [](const char* step, int error) {
     return PublishResult{Published::kFailed, error, step};
   };
@@ -126,8 +130,6 @@ PublishResult publish(const fs::path& dir, const std::string& name, std::string_
   fs::create_directories(dir, ec);  // also recreates a cache directory deleted mid-run
   if (ec) return failed("create directory", ec.value());
 
-  const fs::path staging = dir / staging_name(name);
-  const fs::path final_path = dir / name;
   UniqueFd fd(::open(staging.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644));
   if (!fd) return failed("create staging file", errno);
   const char* step = "write";
@@ -143,6 +145,21 @@ PublishResult publish(const fs::path& dir, const std::string& name, std::string_
   if (error != 0) {
     ::unlink(staging.c_str());
     return failed(step, error);
+  }
+  return PublishResult{Published::kYes};
+}
+
+}  // namespace
+
+PublishResult publish(const fs::path& dir, const std::string& name, std::string_view bytes) {
+  auto failed = [](const char* step, int error) {
+    return PublishResult{Published::kFailed, error, step};
+  };
+  const fs::path staging = dir / staging_name(name);
+  const fs::path final_path = dir / name;
+  if (PublishResult written = write_staging(dir, staging, bytes);
+      written.outcome != Published::kYes) {
+    return written;
   }
 
   if (::link(staging.c_str(), final_path.c_str()) == 0) {
@@ -161,6 +178,24 @@ PublishResult publish(const fs::path& dir, const std::string& name, std::string_
   }
   if (const int sync_error = fsync_dir(dir); sync_error != 0) {
     return failed("fsync directory", sync_error);
+  }
+  return PublishResult{Published::kYes};
+}
+
+PublishResult replace(const fs::path& dir, const std::string& name, std::string_view bytes) {
+  const fs::path staging = dir / staging_name(name);
+  if (PublishResult written = write_staging(dir, staging, bytes);
+      written.outcome != Published::kYes) {
+    return written;
+  }
+  // rename() swaps the directory entry in one step: a reader opens the old file or the new one.
+  if (::rename(staging.c_str(), (dir / name).c_str()) != 0) {
+    const int rename_error = errno;
+    ::unlink(staging.c_str());
+    return PublishResult{Published::kFailed, rename_error, "rename"};
+  }
+  if (const int sync_error = fsync_dir(dir); sync_error != 0) {
+    return PublishResult{Published::kFailed, sync_error, "fsync directory"};
   }
   return PublishResult{Published::kYes};
 }

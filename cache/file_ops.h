@@ -1,5 +1,6 @@
-// POSIX file helpers for the disk cache. Nothing here throws: each call reports an errno value
-// (0 on success), because a disk problem must degrade the cache, never fail the caller.
+// POSIX file helpers for the disk cache and the tuning store. Nothing here throws: each call
+// reports an errno value (0 on success), because a disk problem must degrade the cache, never fail
+// the caller.
 #pragma once
 
 #include <filesystem>
@@ -60,6 +61,12 @@ struct PublishResult {
 // `dir/name` (rename where the file system has no hard links), removes the staging name and
 // fsyncs `dir`. When `dir/name` already exists the existing file wins (kLostRace).
 PublishResult publish(const std::filesystem::path& dir, const std::string& name,
+                      std::string_view bytes);
+
+// Like publish(), but renames the staging file over `dir/name`: readers see the old file or the
+// new one, never a mix, and the last writer wins. Callers that read, merge and write back must
+// serialize themselves (the tuning store holds a lock file).
+PublishResult replace(const std::filesystem::path& dir, const std::string& name,
                       std::string_view bytes);
 
 }  // namespace rt_moe::cache
