@@ -17,7 +17,8 @@
 //     (t * (k + S) + slot). fp32, because a dtype y costs up to one ulp of the largest slot in the
 //     combine's sum: more than the 1e-2 accuracy rule allows for bf16 outputs near cancellation.
 //   kRouter: the gating GEMM as a plain dense GEMM (the tensor-core path for many tokens): A = x
-//     rows 0..T-1, B = the router's E rows, the epilogue writes fp32 logits rounded to the dtype.
+//     rows 0..T-1, B = the router's E rows, the epilogue writes fp32 logits, rounded to the dtype
+//     when p.round_logits.
 // Row blocks past num_blocks (the grid is sized for the bucket's worst case) exit at once.
 #pragma once
 
@@ -204,9 +205,10 @@ struct GroupedGemmSm80 {
           for (int ni = 0; ni < kFragsN; ++ni) {
             const int col = blockIdx.y * BLOCK_N + warp_n * kWarpN + ni * 8 + (lane % 4) * 2;
             if (row < p.tokens) {
-              if (col < E) logits[(long long)row * E + col] = round_to<D>(acc[mi][ni][half * 2]);
+              const float l0 = acc[mi][ni][half * 2], l1 = acc[mi][ni][half * 2 + 1];
+              if (col < E) logits[(long long)row * E + col] = p.round_logits ? round_to<D>(l0) : l0;
               if (col + 1 < E) {
-                logits[(long long)row * E + col + 1] = round_to<D>(acc[mi][ni][half * 2 + 1]);
+                logits[(long long)row * E + col + 1] = p.round_logits ? round_to<D>(l1) : l1;
               }
             }
           }

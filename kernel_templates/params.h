@@ -17,15 +17,17 @@ struct ExpertWeights {
 struct RouterParams {
   const void* x;       // (T, H)
   const void* router;  // (E, H)
-  float* logits;       // (T, E) fp32 values of the dtype-rounded logits
+  float* logits;       // (T, E) fp32, dtype-rounded unless the template's ROUND_LOGITS is false
   int tokens;
 };
 
 struct TopkParams {
-  const float* logits;   // (T, E)
-  int* topk_ids;         // (T, k)
-  float* topk_weights;   // (T, k) dtype-rounded
-  int* expert_counts;    // (E) routed pairs per expert, zeroed before the routing kernels
+  const float* logits;  // (T, E)
+  const float* bias;    // (E) correction bias, added to the scores for selection only; null
+                        // unless the template's BIAS
+  int* topk_ids;        // (T, k)
+  float* topk_weights;  // (T, k) dtype-rounded
+  int* expert_counts;   // (E) routed pairs per expert, zeroed before the routing kernels
   int tokens;
   float routed_scaling_factor;
 };
@@ -60,6 +62,7 @@ struct GemmParams {
   const int* num_blocks;         // (1)
   const float* topk_weights;     // (T, k), down only
   int tokens;
+  int round_logits;  // router only: 1 rounds the logits to the dtype, 0 keeps fp32
 };
 
 struct CombineParams {

@@ -1,21 +1,42 @@
-// Routing: the gating GEMM (logits), then softmax and top-k per token.
+// Routing: the gating GEMM (logits), then scores and top-k per token (REFERENCE.md sections 1
+// and 4; the knobs are RoutingConfig's, config.h).
 //
 // RouterLogits: one warp per expert, TOKENS tokens per block. Each lane walks the hidden
 // dimension in 16-byte chunks, loading the router row once and reusing it for the block's tokens;
-// a warp reduction finishes each dot product. Logits are rounded to the activation dtype, as the
-// reference does.
+// a warp reduction finishes each dot product. Logits are rounded to the activation dtype when
+// ROUND_LOGITS, as the reference does, else kept in fp32 (Qwen3, Mixtral).
 //
-// Topk: one warp per token. Each lane holds E/32 logits; softmax in fp32, probs rounded to the
-// dtype, then k rounds of a warp arg-max (ties toward the lower expert index). NaN probs sort
-// below every real prob, so a token with NaN input still gets k valid, distinct expert ids and its
-// NaN weights stay in its own output row.
+// Topk: one warp per token, expert e in lane e % 32, register e / 32. Rounding points (the CPU
+// reference, tests/support/reference.h, has the same ones):
+//   1. score s_e: softmax over all E in fp32 (max-subtracted), or sigmoid 1 / (1 + exp(-l)) in
+//      fp32; rounded to the dtype;
+//   2. selection value v_e = s_e + bias_e in fp32 (BIAS: DeepSeek-V3's correction bias), else s_e;
+//   3. N_GROUP > 1: group g holds experts [g G, (g + 1) G), G = E / N_GROUP; it scores the max of
+//      its v (kGroupMax) or the fp32 sum of its two largest v (kGroupSumTop2); the TOPK_GROUP
+//      best groups are kept (ties toward the lower group index), every lane choosing the same
+//      groups from the warp-reduced group scores; experts of other groups can not be chosen;
+//   4. K rounds of a warp arg-max over v, ties toward the lower expert index;
+//   5. weights: the chosen experts' s (unbiased), divided by their fp32 sum taken in selection
+//      order when RENORMALIZE, times routed_scaling_factor, rounded to the dtype.
+// NaN ranks as -inf (below every real value; the lower index wins a tie with a real -inf), so a
+// token with NaN input still gets K valid, distinct expert ids and its NaN weights stay in its
+// own output row. A group score that is NaN (inf + -inf) ranks as -inf too.
+//
+// Cost model (per token, one warp; nothing here is tuned): reads E fp32 logits once (and E fp32
+// bias values, the same for every token, so L2-resident), writes K ids and weights and K counter
+// atomics. Arithmetic per lane: E/32 exp (+ one division each); per group, E/32 compares and 5
+// shuffle steps (2 shuffles each for kGroupSumTop2); the group choice, TOPK_GROUP x N_GROUP
+// compares in registers; per chosen expert, E/32 compares and 5 steps of 3 shuffles. DeepSeek-V3
+// (E = 256, K = 8, 8 groups): ~8 exp, ~40 + ~120 shuffles per lane. At decode (T = 1) the kernel
+// is one warp and costs its latency, a few microseconds; at T = 16384 it reads 16 MB of logits,
+// a few microseconds of HBM time, next to milliseconds of expert GEMMs.
 #pragma once
 
 #include "common.cuh"
 
 namespace rt_moe {
 
-template <typename D, int H, int E, int TOKENS, int WARPS>
+template <typename D, int H, int E, int TOKENS, int WARPS, bool ROUND_LOGITS>
 struct RouterLogits {
   static constexpr int kThreads = WARPS * 32;
   static constexpr int kSmemBytes = 0;
@@ -52,25 +73,93 @@ struct RouterLogits {
     for (int t = 0; t < TOKENS; ++t) {
       float sum = warp_sum(acc[t]);
       if (lane == 0 && t0 + t < p.tokens) {
-        p.logits[(long long)(t0 + t) * E + expert] = round_to<D>(sum);
+        p.logits[(long long)(t0 + t) * E + expert] = ROUND_LOGITS ? round_to<D>(sum) : sum;
       }
     }
   }
 };
 
-template <typename D, int E, int K, bool RENORMALIZE, int WARPS>
+enum RoutingScore : int { kScoreSoftmax = 0, kScoreSigmoid = 1 };
+enum GroupScore : int { kGroupMax = 0, kGroupSumTop2 = 1 };
+
+template <typename D, int E, int K, int SCORE, bool BIAS, int N_GROUP, int TOPK_GROUP,
+          int GROUP_SCORE, bool RENORMALIZE, int WARPS>
 struct Topk {
   static constexpr int kThreads = WARPS * 32;
   static constexpr int kSmemBytes = 0;
   static constexpr int kPerLane = (E + 31) / 32;
-  static_assert(K >= 1 && K <= E, "top_k must be in [1, E]");
+  static constexpr int kGroupSize = E / N_GROUP;
+  // The key of an expert that can not be chosen: padding, already chosen, or outside the kept
+  // groups. Every real value (NaN too) has a larger key.
+  static constexpr int kExcluded = -2147483647 - 1;
+  static_assert(SCORE == kScoreSoftmax || SCORE == kScoreSigmoid, "score: softmax or sigmoid");
+  static_assert(K >= 1 && K <= E && K <= 64, "top_k must be in [1, min(E, 64)] (lanes j, j + 32)");
+  static_assert(N_GROUP >= 1 && N_GROUP <= 32 && E % N_GROUP == 0,
+                "N_GROUP groups of E / N_GROUP consecutive experts, one bit each in a 32-bit mask");
+  static_assert(TOPK_GROUP >= 1 && TOPK_GROUP <= N_GROUP, "TOPK_GROUP must be in [1, N_GROUP]");
+  static_assert(K <= TOPK_GROUP * kGroupSize, "the kept groups must hold at least K experts");
+  static_assert(GROUP_SCORE == kGroupMax || N_GROUP == 1 || kGroupSize >= 2,
+                "a group's sum of its top 2 needs groups of 2 or more experts");
 
-  // Selection order: larger prob first, then lower index. NaN ranks below every prob.
-  static __device__ __forceinline__ float rank_value(float prob) {
-    return prob == prob ? prob : -2.0f;
+  static __device__ __forceinline__ float neg_inf() { return -__int_as_float(0x7f800000); }
+  // Selection order on values: NaN ranks as -inf.
+  static __device__ __forceinline__ float rank_value(float v) { return v == v ? v : neg_inf(); }
+  // An int that orders as rank_value does (larger value, larger key), with -0 equal to +0, so
+  // the arg-max compares integers and sentinels (kExcluded) sit below every real value.
+  static __device__ __forceinline__ int order_key(float v) {
+    v = rank_value(v);
+    if (v == 0.f) v = 0.f;
+    const int bits = __float_as_int(v);
+    return bits >= 0 ? bits : bits ^ 0x7fffffff;
   }
-  static __device__ __forceinline__ bool better(float a, int ia, float b, int ib) {
-    return a > b || (a == b && ia < ib);
+
+  // The mask of kept groups (bit g: group g), the same in every lane.
+  static __device__ __forceinline__ unsigned kept_groups(const float (&value)[kPerLane], int lane) {
+    int group_of[kPerLane];
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) {
+      const int e = lane + 32 * i;
+      group_of[i] = e < E ? e / kGroupSize : -1;
+    }
+    float group_score[N_GROUP];
+#pragma unroll
+    for (int g = 0; g < N_GROUP; ++g) {
+      // This lane's two largest values of group g, then the warp's (a merge of top-2 pairs).
+      float top1 = neg_inf(), top2 = neg_inf();
+#pragma unroll
+      for (int i = 0; i < kPerLane; ++i) {
+        if (group_of[i] == g) {
+          const float v = rank_value(value[i]);
+          top2 = fmaxf(top2, fminf(top1, v));
+          top1 = fmaxf(top1, v);
+        }
+      }
+#pragma unroll
+      for (int offset = 16; offset > 0; offset >>= 1) {
+        const float other1 = __shfl_xor_sync(0xffffffffu, top1, offset);
+        if (GROUP_SCORE == kGroupSumTop2) {
+          const float other2 = __shfl_xor_sync(0xffffffffu, top2, offset);
+          top2 = fmaxf(fminf(top1, other1), fmaxf(top2, other2));
+        }
+        top1 = fmaxf(top1, other1);
+      }
+      group_score[g] = rank_value(GROUP_SCORE == kGroupSumTop2 ? top1 + top2 : top1);
+    }
+    unsigned kept = 0;
+#pragma unroll
+    for (int r = 0; r < TOPK_GROUP; ++r) {
+      int best = -1;
+      float best_score = neg_inf();
+#pragma unroll
+      for (int g = 0; g < N_GROUP; ++g) {
+        if (!((kept >> g) & 1u) && (best < 0 || group_score[g] > best_score)) {
+          best = g;
+          best_score = group_score[g];
+        }
+      }
+      kept |= 1u << best;
+    }
+    return kept;
   }
 
   static __device__ void run(const TopkParams& p) {
@@ -79,70 +168,95 @@ struct Topk {
     if (token >= p.tokens) return;
     const float* logits = p.logits + (long long)token * E;
 
-    float prob[kPerLane];
-    float m = -__int_as_float(0x7f800000);
-#pragma unroll
-    for (int i = 0; i < kPerLane; ++i) {
-      int e = lane + 32 * i;
-      prob[i] = e < E ? logits[e] : -__int_as_float(0x7f800000);
-      m = fmaxf(m, prob[i]);
-    }
-    m = warp_max(m);
-    float sum = 0.f;
-#pragma unroll
-    for (int i = 0; i < kPerLane; ++i) {
-      prob[i] = lane + 32 * i < E ? expf(prob[i] - m) : 0.f;
-      sum += prob[i];
-    }
-    sum = warp_sum(sum);
-    // A NaN logit makes m or sum NaN, and every prob of this token NaN: it stays in its row.
-    float rank[kPerLane];
-#pragma unroll
-    for (int i = 0; i < kPerLane; ++i) {
-      prob[i] = round_to<D>(prob[i] / sum);
-      rank[i] = lane + 32 * i < E ? rank_value(prob[i]) : -4.0f;
-    }
-
-    float chosen_prob = 0.f;  // lane j keeps the j-th choice (K <= 64: lanes j and j + 32)
-    float chosen_prob_hi = 0.f;
-    int chosen_id = 0, chosen_id_hi = 0;
-    float weight_sum = 0.f;
-    for (int j = 0; j < K; ++j) {
-      float best = -3.0f;
-      int best_id = E;
-      float best_prob = 0.f;
+    float score[kPerLane];  // s: dtype-rounded softmax probs or sigmoid scores
+    if (SCORE == kScoreSoftmax) {
+      float m = neg_inf();
 #pragma unroll
       for (int i = 0; i < kPerLane; ++i) {
         int e = lane + 32 * i;
-        if (better(rank[i], e, best, best_id)) {
-          best = rank[i];
+        score[i] = e < E ? logits[e] : neg_inf();
+        m = fmaxf(m, score[i]);
+      }
+      m = warp_max(m);
+      float sum = 0.f;
+#pragma unroll
+      for (int i = 0; i < kPerLane; ++i) {
+        score[i] = lane + 32 * i < E ? expf(score[i] - m) : 0.f;
+        sum += score[i];
+      }
+      sum = warp_sum(sum);
+      // A NaN logit makes m or sum NaN, and every prob of this token NaN: it stays in its row.
+#pragma unroll
+      for (int i = 0; i < kPerLane; ++i) score[i] = round_to<D>(score[i] / sum);
+    } else {
+#pragma unroll
+      for (int i = 0; i < kPerLane; ++i) {
+        int e = lane + 32 * i;
+        score[i] = e < E ? round_to<D>(1.f / (1.f + expf(-logits[e]))) : 0.f;
+      }
+    }
+
+    int key[kPerLane];
+    {
+      float value[kPerLane];  // v: what the selection ranks
+#pragma unroll
+      for (int i = 0; i < kPerLane; ++i) {
+        int e = lane + 32 * i;
+        value[i] = BIAS && e < E ? score[i] + p.bias[e] : score[i];
+        key[i] = e < E ? order_key(value[i]) : kExcluded;
+      }
+      if (N_GROUP > 1) {
+        const unsigned kept = kept_groups(value, lane);
+#pragma unroll
+        for (int i = 0; i < kPerLane; ++i) {
+          int e = lane + 32 * i;
+          if (e < E && !((kept >> (e / kGroupSize)) & 1u)) key[i] = kExcluded;
+        }
+      }
+    }
+
+    float chosen_score = 0.f;  // lane j keeps the j-th choice (K <= 64: lanes j and j + 32)
+    float chosen_score_hi = 0.f;
+    int chosen_id = 0, chosen_id_hi = 0;
+    float weight_sum = 0.f;
+    for (int j = 0; j < K; ++j) {
+      // (key, -id) arg-max. A lane holding only excluded experts may carry one here, but the
+      // kept groups hold at least K experts, so a real key wins the warp reduction.
+      int best = kExcluded;
+      int best_id = E;
+      float best_score = 0.f;
+#pragma unroll
+      for (int i = 0; i < kPerLane; ++i) {
+        int e = lane + 32 * i;
+        if (key[i] > best || (key[i] == best && e < best_id)) {
+          best = key[i];
           best_id = e;
-          best_prob = prob[i];
+          best_score = score[i];
         }
       }
 #pragma unroll
       for (int offset = 16; offset > 0; offset >>= 1) {
-        float other = __shfl_xor_sync(0xffffffffu, best, offset);
+        int other = __shfl_xor_sync(0xffffffffu, best, offset);
         int other_id = __shfl_xor_sync(0xffffffffu, best_id, offset);
-        float other_prob = __shfl_xor_sync(0xffffffffu, best_prob, offset);
-        if (better(other, other_id, best, best_id)) {
+        float other_score = __shfl_xor_sync(0xffffffffu, best_score, offset);
+        if (other > best || (other == best && other_id < best_id)) {
           best = other;
           best_id = other_id;
-          best_prob = other_prob;
+          best_score = other_score;
         }
       }
       // Take it out of the owner's candidates.
 #pragma unroll
       for (int i = 0; i < kPerLane; ++i) {
-        if (lane + 32 * i == best_id) rank[i] = -3.5f;
+        if (lane + 32 * i == best_id) key[i] = kExcluded;
       }
-      weight_sum += best_prob;
+      weight_sum += best_score;
       if (lane == (j & 31)) {
         if (j < 32) {
-          chosen_prob = best_prob;
+          chosen_score = best_score;
           chosen_id = best_id;
         } else {
-          chosen_prob_hi = best_prob;
+          chosen_score_hi = best_score;
           chosen_id_hi = best_id;
         }
       }
@@ -155,8 +269,8 @@ struct Topk {
       p.topk_weights[(long long)token * K + j] = w;
       atomicAdd(&p.expert_counts[id], 1);
     };
-    if (lane < K) emit(lane, chosen_id, chosen_prob);
-    if (lane + 32 < K) emit(lane + 32, chosen_id_hi, chosen_prob_hi);
+    if (lane < K) emit(lane, chosen_id, chosen_score);
+    if (lane + 32 < K) emit(lane + 32, chosen_id_hi, chosen_score_hi);
   }
 };
 

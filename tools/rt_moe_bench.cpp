@@ -55,6 +55,7 @@ struct Options {
   int iters = 20;
   int warmup = 3;
   bool compile_timing = true;
+  bool tune = false;  // also time a tuning runtime: heuristic vs tuned per T
 };
 
 double seconds_since(Clock::time_point start) {
@@ -197,6 +198,9 @@ CheckOutcome check_outputs(MoeRuntime& moe, const test::HostWeights& weights,
 struct TokenResult {
   std::int64_t tokens = 0;
   std::string plan;
+  double graph_ms = 0;     // median of the forward captured once in a CUDA graph and replayed
+  double tuned_ms = 0;     // with --tune: a tuning runtime's median (0: not measured)
+  std::string tuned_plan;
   double first_forward_s = 0;  // host wall time of the first forward (bucket load/compile)
   double ms = 0, ms_min = 0, ms_max = 0;
   double flops = 0, bytes = 0;
@@ -215,6 +219,37 @@ std::int64_t distinct_experts(MoeRuntime& moe) {
               ids.size() * sizeof(std::int32_t));
   std::set<std::int32_t> hit(ids.begin(), ids.end());
   return std::int64_t(hit.size());
+}
+
+// The forward captured once in a CUDA graph and replayed: what a server that graphs its decode
+// steps sees (no host launch cost between the stages). L2 flushed before each replay.
+double time_graph_ms(MoeRuntime& moe, const driver::DeviceBuffer& x_dev,
+                     driver::DeviceBuffer& out_dev, std::int64_t tokens, const Options& options,
+                     L2Flush& flush, CUstream stream) {
+  RT_MOE_CALL(cuStreamBeginCapture, stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);
+  moe.forward(x_dev.as<const void>(), out_dev.as<void>(), tokens, stream);
+  CUgraph raw_graph = nullptr;
+  RT_MOE_CALL(cuStreamEndCapture, stream, &raw_graph);
+  driver::Graph graph(raw_graph);
+  CUgraphExec raw_exec = nullptr;
+  RT_MOE_CALL(cuGraphInstantiateWithFlags, &raw_exec, graph.get(), 0);
+  driver::GraphExec exec(raw_exec);
+  RT_MOE_CALL(cuGraphLaunch, exec.get(), stream);  // warm-up
+  std::vector<driver::Event> starts, stops;
+  for (int i = 0; i < options.iters; ++i) {
+    flush(stream);
+    starts.push_back(driver::create_event());
+    stops.push_back(driver::create_event());
+    RT_MOE_CALL(cuEventRecord, starts.back().get(), stream);
+    RT_MOE_CALL(cuGraphLaunch, exec.get(), stream);
+    RT_MOE_CALL(cuEventRecord, stops.back().get(), stream);
+  }
+  RT_MOE_CALL(cuStreamSynchronize, stream);
+  std::vector<double> ms;
+  for (int i = 0; i < options.iters; ++i) {
+    ms.push_back(driver::elapsed_ms(starts[i].get(), stops[i].get()));
+  }
+  return median(ms);
 }
 
 TokenResult bench_tokens(MoeRuntime& moe, const test::HostWeights* weights, std::int64_t tokens,
@@ -254,6 +289,7 @@ TokenResult bench_tokens(MoeRuntime& moe, const test::HostWeights* weights, std:
   r.ms = median(ms);
   r.ms_min = *std::min_element(ms.begin(), ms.end());
   r.ms_max = *std::max_element(ms.begin(), ms.end());
+  r.graph_ms = time_graph_ms(moe, x_dev, out_dev, tokens, options, flush, stream);
 
   const double T = double(tokens), H = double(c.d_hidden), I = double(c.d_expert);
   const double E = double(c.n_routed_experts), S = double(c.n_shared_experts);
@@ -285,6 +321,9 @@ json result_json(const TokenResult& r) {
             {"plan", r.plan},
             {"first_forward_s", r.first_forward_s},
             {"ms_median", r.ms},
+            {"graph_ms_median", r.graph_ms},
+            {"tuned_ms_median", r.tuned_ms},
+            {"tuned_plan", r.tuned_plan},
             {"ms_min", r.ms_min},
             {"ms_max", r.ms_max},
             {"flops", r.flops},
@@ -384,7 +423,10 @@ int bench(const Options& options) {
   std::fprintf(stderr, "weights: random (reference scales), generated and uploaded in %.1f s\n",
                seconds_since(start));
 
-  MoeRuntime moe(config);
+  // The heuristic tiles, whatever the tuning store holds; --tune compares a tuning runtime below.
+  RuntimeOptions heuristic_options;
+  heuristic_options.tuning = RuntimeOptions::Tuning::kHeuristic;
+  MoeRuntime moe(config, heuristic_options);
   moe.prepare(weights.view());
   L2Flush flush;
 
@@ -409,12 +451,33 @@ int bench(const Options& options) {
     std::fflush(stdout);
   }
 
+  if (options.tune) {
+    // A runtime that tunes each bucket on first use (or reuses the tuning store's choice).
+    RuntimeOptions tune_options;
+    tune_options.tuning = RuntimeOptions::Tuning::kTune;
+    MoeRuntime tuned(config, tune_options);
+    tuned.prepare(weights.view());
+    for (TokenResult& r : results) {
+      Clock::time_point tune_start = Clock::now();
+      TokenResult t = bench_tokens(tuned, nullptr, r.tokens, options, hbm, gemm, flush,
+                                   stream.get());
+      r.tuned_ms = t.ms;
+      r.tuned_plan = tuned.describe(r.tokens);
+      std::printf("T=%lld tuned: %s; first forward (tuning) %.1f s; %.4f ms (heuristic %.4f ms)\n",
+                  (long long)r.tokens, r.tuned_plan.c_str(), seconds_since(tune_start), t.ms,
+                  r.ms);
+      std::fflush(stdout);
+    }
+  }
+
   bool all_pass = true;
-  std::printf("\n%8s %10s %9s %9s %10s %11s  %s\n", "T", "ms", "TFLOP/s", "GB/s", "floor ms",
-              "time/floor", "check");
+  std::printf("\n%8s %10s %10s %9s %9s %10s %11s %10s  %s\n", "T", "ms", "graph ms", "TFLOP/s",
+              "GB/s", "floor ms", "time/floor", "tuned ms", "check");
   for (const TokenResult& r : results) {
-    std::printf("%8lld %10.4f %9.1f %9.0f %10.4f %11.2f  %s\n", (long long)r.tokens, r.ms, r.tflops,
-                r.gbps, r.floor_ms, r.over_floor, check_cell(r).c_str());
+    const std::string tuned = r.tuned_ms > 0 ? fmt::format("{:.4f}", r.tuned_ms) : "-";
+    std::printf("%8lld %10.4f %10.4f %9.1f %9.0f %10.4f %11.2f %10s  %s\n", (long long)r.tokens,
+                r.ms, r.graph_ms, r.tflops, r.gbps, r.floor_ms, r.over_floor, tuned.c_str(),
+                check_cell(r).c_str());
     all_pass = all_pass && (!r.checked || r.check.pass);
   }
 
@@ -485,5 +548,8 @@ int main(int argc, char** argv) {
   app.add_flag("!--no-compile-timing", options.compile_timing,
                "Skip timing the cold compile and warm cache load");
   app.add_option("--plot", options.plot_file, "Plot to a PNG file (not implemented yet)");
+  app.add_flag("--tune", options.tune,
+               "Also tune each token count's bucket (or reuse the tuning store) and print the "
+               "heuristic and tuned times");
   return run_tool(app, argc, argv, [&] { return bench(options); });
 }

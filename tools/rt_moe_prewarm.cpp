@@ -94,15 +94,27 @@ std::string pick_arch(const std::string& requested) {
   return driver::device_info(0).arch();
 }
 
-// Every distinct kernel of every bucket, in ladder order (smallest bucket first).
+// Every distinct kernel of every bucket, in ladder order (smallest bucket first); with `tune`, the
+// kernels of every tile candidate too, so that tuning at run time compiles nothing.
 std::vector<KernelSpec> prewarm_specs(const MoeConfig& config, std::int64_t max_tokens,
-                                      const std::string& arch, std::size_t* buckets) {
+                                      const std::string& arch, bool tune, std::size_t* buckets) {
   std::vector<KernelSpec> specs;
   std::unordered_set<std::string> seen;
+  auto add = [&](std::vector<KernelSpec> more) {
+    for (KernelSpec& spec : more) {
+      if (seen.insert(spec.source()).second) specs.push_back(std::move(spec));
+    }
+  };
+  // Without a GPU the opt-in shared memory limit is Hopper's (227 KB); tiles over a smaller
+  // device's limit are compiled for nothing, which is harmless.
+  const int max_smem = driver::available() ? driver::device_info(0).max_smem_optin : 232448;
   const std::vector<Bucket> ladder = bucket_ladder(config, max_tokens);
   for (const Bucket& bucket : ladder) {
-    for (KernelSpec& spec : forward_specs(config, bucket.max_tokens, arch)) {
-      if (seen.insert(spec.source()).second) specs.push_back(std::move(spec));
+    add(forward_specs(config, bucket.max_tokens, arch));
+    if (tune) {
+      for (const GemmTile& tile : candidate_tiles(config, bucket.max_tokens, arch, max_smem)) {
+        add(forward_specs(config, tile, router_tile(config, bucket.max_tokens)));
+      }
     }
   }
   *buckets = ladder.size();
@@ -110,9 +122,6 @@ std::vector<KernelSpec> prewarm_specs(const MoeConfig& config, std::int64_t max_
 }
 
 int prewarm(const Options& options) {
-  if (options.tune) {
-    throw UsageError("--tune is not implemented yet (tuning will need a GPU)");
-  }
   // Before anything reads the environment: the cache and the logger read it once, on first use.
   if (!options.cache_dir.empty() && setenv("RT_MOE_CACHE_DIR", options.cache_dir.c_str(), 1) != 0) {
     throw UsageError(fmt::format("cannot set RT_MOE_CACHE_DIR to '{}'", options.cache_dir));
@@ -127,7 +136,7 @@ int prewarm(const Options& options) {
   if (!nvrtc::available(&why)) throw Error(ErrorCode::kNoCompiler, why);
 
   std::size_t buckets = 0;
-  const std::vector<KernelSpec> specs = prewarm_specs(config, max_tokens, arch, &buckets);
+  const std::vector<KernelSpec> specs = prewarm_specs(config, max_tokens, arch, options.tune, &buckets);
   cache::CubinCache& cache = cubin_cache();
   const int jobs =
       std::max(1, options.jobs > 0 ? options.jobs : int(std::thread::hardware_concurrency()));
@@ -196,6 +205,8 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 1024));
   app.add_option("--cache-dir", options.cache_dir,
                  "Kernel cache directory (sets RT_MOE_CACHE_DIR; default: the environment's)");
-  app.add_flag("--tune", options.tune, "Also tune tiles on the GPU (not implemented yet)");
+  app.add_flag("--tune", options.tune,
+               "Also compile every tile candidate the tuner times, so that tuning at run time "
+               "(RT_MOE_TUNE=1, on the GPU with the real weights) compiles nothing");
   return run_tool(app, argc, argv, [&] { return prewarm(options); });
 }

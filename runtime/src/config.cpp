@@ -37,6 +37,52 @@ void MoeConfig::validate() const {
     fail(fmt::format("routed_scaling_factor = {} must be positive and finite",
                      routing.routed_scaling_factor));
   }
+  using Routing = RoutingConfig;
+  if (routing.score != Routing::Score::kSoftmax && routing.score != Routing::Score::kSigmoid) {
+    fail(fmt::format("routing.score = {} is not a RoutingConfig::Score", int(routing.score)));
+  }
+  if (routing.group_score != Routing::GroupScore::kMax &&
+      routing.group_score != Routing::GroupScore::kSumTop2) {
+    fail(fmt::format("routing.group_score = {} is not a RoutingConfig::GroupScore",
+                     int(routing.group_score)));
+  }
+  // The routing kernel keeps one bit per group in a 32-bit mask.
+  if (routing.n_group < 1 || routing.n_group > 32 || n_routed_experts % routing.n_group != 0) {
+    fail(fmt::format("routing.n_group = {} must be in [1, 32] and divide n_routed_experts = {}",
+                     routing.n_group, n_routed_experts));
+  }
+  if (routing.topk_group < 1 || routing.topk_group > routing.n_group) {
+    fail(fmt::format("routing.topk_group = {} must be in [1, n_group = {}]", routing.topk_group,
+                     routing.n_group));
+  }
+  const std::int64_t group_size = n_routed_experts / routing.n_group;
+  if (top_k > routing.topk_group * group_size) {
+    fail(fmt::format(
+        "top_k = {} exceeds the {} experts of the kept groups (topk_group = {} of "
+        "n_group = {} groups of {} experts)",
+        top_k, routing.topk_group * group_size, routing.topk_group, routing.n_group, group_size));
+  }
+  if (routing.n_group > 1 && routing.group_score == Routing::GroupScore::kSumTop2 &&
+      group_size < 2) {
+    fail(
+        fmt::format("routing.group_score = sum of the top 2 needs groups of 2 or more experts, "
+                    "but n_group = {} makes groups of {}",
+                    routing.n_group, group_size));
+  }
+}
+
+std::string RoutingConfig::describe() const {
+  std::string text = score == Score::kSigmoid ? "sigmoid" : "softmax";
+  if (correction_bias) text += "+bias";
+  if (n_group > 1) {
+    text += fmt::format(" groups {}/{} ({})", topk_group, n_group,
+                        group_score == GroupScore::kSumTop2 ? "sum-top2" : "max");
+  }
+  text += " top-k";
+  if (renormalize) text += " renorm";
+  if (routed_scaling_factor != 1.0f) text += fmt::format(" x{}", routed_scaling_factor);
+  if (logits_fp32) text += " fp32-logits";
+  return text;
 }
 
 std::string MoeConfig::describe() const {

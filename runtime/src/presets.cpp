@@ -159,6 +159,26 @@ RoutingConfig parse_routing(const json& object, const std::string& origin) {
     fail(origin, fmt::format("'routing.score' = {} must be \"softmax\" or \"sigmoid\"",
                              json_string(score)));
   }
+  routing.correction_bias = r.boolean("correction_bias", routing.correction_bias);
+  // Ranges (n_group divides E, ...) are validate()'s; here only what fits in an int.
+  auto small_int = [&](const std::string& key, int fallback) {
+    const std::int64_t v = r.integer(key, false, fallback);
+    if (v < std::numeric_limits<int>::min() || v > std::numeric_limits<int>::max()) {
+      fail(origin, fmt::format("'routing.{}' = {} is out of range", key, v));
+    }
+    return int(v);
+  };
+  routing.n_group = small_int("n_group", routing.n_group);
+  routing.topk_group = small_int("topk_group", routing.topk_group);
+  std::string group_score = r.string("group_score", "max");
+  if (group_score == "max") {
+    routing.group_score = RoutingConfig::GroupScore::kMax;
+  } else if (group_score == "sum_top2") {
+    routing.group_score = RoutingConfig::GroupScore::kSumTop2;
+  } else {
+    fail(origin, fmt::format("'routing.group_score' = {} must be \"max\" or \"sum_top2\"",
+                             json_string(group_score)));
+  }
   routing.renormalize = r.boolean("renormalize", routing.renormalize);
   // Range-checked as a double: converting a double beyond float's range to float is undefined.
   const double scale = r.number("routed_scaling_factor", routing.routed_scaling_factor);
@@ -167,6 +187,7 @@ RoutingConfig parse_routing(const json& object, const std::string& origin) {
                              kMaxScalingFactor));
   }
   routing.routed_scaling_factor = float(scale);
+  routing.logits_fp32 = r.boolean("logits_fp32", routing.logits_fp32);
   r.reject_unknown();
   return routing;
 }

@@ -8,11 +8,13 @@
 #include <mutex>
 #include <vector>
 
+#include "base/env.h"
 #include "base/log.h"
 #include "driver.h"
 #include "kernels.h"
 #include "params.h"
 #include "plan.h"
+#include "runtime_impl.h"
 #include "specs.h"
 
 namespace rt_moe {
@@ -35,88 +37,140 @@ unsigned ceil_div(std::int64_t a, std::int64_t b) { return unsigned((a + b - 1) 
 
 }  // namespace
 
-struct MoeRuntime::Impl {
-  MoeConfig config;
-  driver::PrimaryContext context;
-  driver::DeviceInfo device;
-  std::unique_ptr<KernelCache> kernels;
-  driver::DeviceBuffer experts;  // ExpertWeights[E + S]
-  const void* router = nullptr;
-  bool prepared = false;
-  driver::DeviceBuffer workspace;
-  std::mutex mutex;  // guards plans and workspace growth
-  std::map<std::int64_t, LaunchPlan> plans;  // by group_sum_max
-  const LaunchPlan* last_plan = nullptr;
-  std::int64_t last_tokens = 0;
+const LaunchPlan& MoeRuntime::Impl::plan_for(std::int64_t tokens, CUstream capture_check) {
+  Bucket bucket = bucket_for(config, tokens);
+  std::lock_guard<std::mutex> lock(mutex);
+  if (auto it = plans.find(bucket.group_sum_max); it != plans.end()) return it->second;
+  if (capture_check != nullptr) {
+    CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+    RT_MOE_CALL(cuStreamGetCaptureInfo, capture_check, &status, nullptr, nullptr, nullptr,
+                nullptr, nullptr);
+    if (status != CU_STREAM_CAPTURE_STATUS_NONE) {
+      throw Error(ErrorCode::kInvalidArgument,
+                  fmt::format("forward of {} tokens during stream capture needs bucket {} (up to "
+                              "{} tokens), which is not loaded yet: call reserve({}) before "
+                              "capturing",
+                              tokens, bucket.group_sum_max, bucket.max_tokens, tokens));
+    }
+  }
+  LaunchPlan plan = build_plan(bucket, choose_tile(bucket));
+  ensure_workspace(plan.layout.bytes);
+  log().debug("plan for bucket {} (<= {} tokens): tile {}", bucket.group_sum_max,
+              bucket.max_tokens, plan.tile.describe());
+  return plans.emplace(bucket.group_sum_max, std::move(plan)).first->second;
+}
 
-  // Largest T such that every 32-bit index (pairs, sorted rows) stays in range.
-  std::int64_t max_tokens() const {
-    const std::int64_t slots = config.top_k + config.n_shared_experts;
-    const std::int64_t experts = config.n_routed_experts + config.n_shared_experts;
-    return (INT_MAX - experts * 128) / slots / 2;
+LaunchPlan MoeRuntime::Impl::build_plan(const Bucket& bucket, const GemmTile& tile) {
+  LaunchPlan plan;
+  plan.bucket = bucket;
+  plan.tile = tile;
+  plan.router_tile = router_tile(config, bucket.max_tokens);
+  std::vector<KernelSpec> specs = forward_specs(config, plan.tile, plan.router_tile);
+  // Compile (or load from disk) all stages in parallel; module loads then happen here.
+  std::vector<std::future<CompiledCubin>> compiled;
+  for (const KernelSpec& spec : specs) {
+    compiled.push_back(std::async(std::launch::async, [&spec, this] {
+      return compile_cubin(spec, kernels->arch(), kernels->cubins());
+    }));
+  }
+  for (auto& f : compiled) f.get();
+  std::vector<const Kernel*> loaded;
+  for (const KernelSpec& spec : specs) loaded.push_back(&kernels->get(spec));
+  plan.router = loaded[0];
+  plan.topk = loaded[1];
+  plan.offsets = loaded[2];
+  plan.scatter = loaded[3];
+  plan.gate_up = loaded[4];
+  plan.down = loaded[5];
+  plan.combine = loaded[6];
+  plan.layout = workspace_layout(config, bucket.max_tokens, plan.tile.block_m);
+  return plan;
+}
+
+void MoeRuntime::Impl::ensure_workspace(std::size_t bytes) {
+  if (bytes <= workspace.bytes()) return;
+  driver::ScopedContext scope(context.get());
+  RT_MOE_CALL(cuCtxSynchronize);
+  workspace.reset();
+  workspace = driver::DeviceBuffer(bytes);
+  log().debug("workspace grown to {:.1f} MiB", bytes / 1048576.0);
+}
+
+void MoeRuntime::Impl::enqueue(const LaunchPlan& plan, const void* x, void* out, int T,
+                               CUstream stream) {
+  const MoeConfig& c = config;
+  const WorkspaceLayout& l = plan.layout;
+  const CUdeviceptr ws = workspace.get();
+  auto ptr = [ws](std::size_t offset) { return reinterpret_cast<void*>(ws + offset); };
+  const std::int64_t E = c.n_routed_experts, S = c.n_shared_experts, k = c.top_k;
+  const std::int64_t slots = k + S;
+
+  RT_MOE_CALL(cuMemsetD32Async, ws + l.counts, 0, std::size_t(E), stream);
+
+  if (plan.router_tile.block_m == 0) {
+    RouterParams params{x, router, static_cast<float*>(ptr(l.logits)), T};
+    launch(*plan.router, {ceil_div(T, kRouterTokensPerBlock), ceil_div(E, kRouterWarps)}, params,
+           stream);
+  } else {
+    GemmParams params{};
+    params.a = x;
+    params.out = ptr(l.logits);
+    params.b = router;
+    params.tokens = T;
+    params.round_logits = c.routing.logits_fp32 ? 0 : 1;
+    launch(*plan.router,
+           {ceil_div(T, plan.router_tile.block_m), ceil_div(E, plan.router_tile.block_n)}, params,
+           stream);
   }
 
-  const LaunchPlan& plan_for(std::int64_t tokens, CUstream stream_for_capture_check) {
-    Bucket bucket = bucket_for(config, tokens);
-    std::lock_guard<std::mutex> lock(mutex);
-    if (auto it = plans.find(bucket.group_sum_max); it != plans.end()) return it->second;
-    if (stream_for_capture_check != nullptr) {
-      CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
-      RT_MOE_CALL(cuStreamGetCaptureInfo, stream_for_capture_check, &status, nullptr, nullptr,
-                  nullptr, nullptr, nullptr);
-      if (status != CU_STREAM_CAPTURE_STATUS_NONE) {
-        throw Error(ErrorCode::kInvalidArgument,
-                    fmt::format("forward of {} tokens during stream capture needs bucket {} "
-                                "(up to {} tokens), which is not loaded yet: call reserve({}) "
-                                "before capturing",
-                                tokens, bucket.group_sum_max, bucket.max_tokens, tokens));
-      }
-    }
-    LaunchPlan plan;
-    plan.bucket = bucket;
-    plan.tile = default_tile(config, bucket.max_tokens, kernels->arch());
-    plan.router_tile = router_tile(config, bucket.max_tokens);
-    std::vector<KernelSpec> specs = forward_specs(config, plan.tile, plan.router_tile);
-    // Compile (or load from disk) all stages in parallel; module loads then happen here.
-    std::vector<std::future<CompiledCubin>> compiled;
-    for (const KernelSpec& spec : specs) {
-      compiled.push_back(std::async(std::launch::async, [&spec, this] {
-        return compile_cubin(spec, kernels->arch(), kernels->cubins());
-      }));
-    }
-    for (auto& f : compiled) f.get();
-    std::vector<const Kernel*> loaded;
-    for (const KernelSpec& spec : specs) loaded.push_back(&kernels->get(spec));
-    plan.router = loaded[0];
-    plan.topk = loaded[1];
-    plan.offsets = loaded[2];
-    plan.scatter = loaded[3];
-    plan.gate_up = loaded[4];
-    plan.down = loaded[5];
-    plan.combine = loaded[6];
-    plan.layout = workspace_layout(config, bucket.max_tokens, plan.tile.block_m);
-    if (plan.layout.bytes > workspace.bytes()) {
-      // Growing frees the old workspace, which forwards in flight may still use.
-      driver::ScopedContext scope(context.get());
-      RT_MOE_CALL(cuCtxSynchronize);
-      workspace.reset();
-      workspace = driver::DeviceBuffer(plan.layout.bytes);
-      log().debug("workspace grown to {:.1f} MiB for bucket {} ({} tokens)",
-                  plan.layout.bytes / 1048576.0, bucket.group_sum_max, bucket.max_tokens);
-    }
-    log().debug("plan for bucket {} (<= {} tokens): tile {}", bucket.group_sum_max,
-                bucket.max_tokens, plan.tile.describe());
-    return plans.emplace(bucket.group_sum_max, std::move(plan)).first->second;
-  }
-};
+  TopkParams topk{};
+  topk.logits = static_cast<const float*>(ptr(l.logits));
+  topk.bias = router_bias;
+  topk.topk_ids = static_cast<int*>(ptr(l.topk_ids));
+  topk.topk_weights = static_cast<float*>(ptr(l.topk_weights));
+  topk.expert_counts = static_cast<int*>(ptr(l.counts));
+  topk.tokens = T;
+  topk.routed_scaling_factor = c.routing.routed_scaling_factor;
+  launch(*plan.topk, {ceil_div(T, kTopkWarps)}, topk, stream);
+
+  const std::int64_t blocks = max_row_blocks(c, T, plan.tile.block_m);
+  OffsetsParams offsets{static_cast<const int*>(ptr(l.counts)), static_cast<int*>(ptr(l.fill)),
+                        static_cast<int*>(ptr(l.padded_offsets)),
+                        static_cast<int*>(ptr(l.block_expert)),
+                        static_cast<int*>(ptr(l.num_blocks)),
+                        static_cast<int*>(ptr(l.sorted_rows)), T, int(blocks)};
+  launch(*plan.offsets, {1}, offsets, stream);
+
+  ScatterParams scatter{static_cast<const int*>(ptr(l.topk_ids)),
+                        static_cast<const int*>(ptr(l.padded_offsets)),
+                        static_cast<int*>(ptr(l.fill)), static_cast<int*>(ptr(l.sorted_rows)), T};
+  launch(*plan.scatter, {ceil_div(T * slots, 256)}, scatter, stream);
+
+  GemmParams gate_up{};
+  gate_up.a = x;
+  gate_up.out = ptr(l.h);
+  gate_up.experts = experts.as<const ExpertWeights>();
+  gate_up.sorted_rows = static_cast<const int*>(ptr(l.sorted_rows));
+  gate_up.block_expert = static_cast<const int*>(ptr(l.block_expert));
+  gate_up.num_blocks = static_cast<const int*>(ptr(l.num_blocks));
+  gate_up.topk_weights = static_cast<const float*>(ptr(l.topk_weights));
+  gate_up.tokens = T;
+  launch(*plan.gate_up, {unsigned(blocks), ceil_div(c.d_expert, plan.tile.block_n / 2)}, gate_up,
+         stream);
+
+  GemmParams down = gate_up;
+  down.a = ptr(l.h);
+  down.out = ptr(l.y);
+  launch(*plan.down, {unsigned(blocks), ceil_div(c.d_hidden, plan.tile.block_n)}, down, stream);
+
+  CombineParams combine{ptr(l.y), out, T};
+  launch(*plan.combine, {ceil_div(std::int64_t(T) * (c.d_hidden / 8), 256)}, combine, stream);
+}
 
 MoeRuntime::MoeRuntime(const MoeConfig& config, const RuntimeOptions& options)
     : impl_(std::make_unique<Impl>()) {
   config.validate();
   impl_->config = config;
-  if (config.routing.score != RoutingConfig::Score::kSoftmax) {
-    throw Error(ErrorCode::kUnsupported, "sigmoid routing scores are not implemented yet");
-  }
   int count = 0;
   RT_MOE_CALL(cuDeviceGetCount, &count);
   if (options.device < 0 || options.device >= count) {
@@ -131,6 +185,10 @@ MoeRuntime::MoeRuntime(const MoeConfig& config, const RuntimeOptions& options)
                             impl_->device.name, impl_->device.cc_major, impl_->device.cc_minor));
   }
   std::string arch = options.arch.empty() ? impl_->device.arch() : options.arch;
+  impl_->tuning = options.tuning;
+  if (impl_->tuning == RuntimeOptions::Tuning::kStored && env().tune) {
+    impl_->tuning = RuntimeOptions::Tuning::kTune;
+  }
   impl_->kernels = std::make_unique<KernelCache>(impl_->context.get(), arch);
   log().debug("MoeRuntime on {} ({}, {} SMs): {}", impl_->device.name, arch,
               impl_->device.sm_count, config.describe());
@@ -153,6 +211,8 @@ void MoeRuntime::prepare(const MoeWeights& w) {
     check_pointer(w.shared_up, "weights.shared_up");
     check_pointer(w.shared_down, "weights.shared_down");
   }
+  // Read only by the routing kernel, and only when the config uses it.
+  if (c.routing.correction_bias) check_pointer(w.router_bias, "weights.router_bias");
   const std::int64_t H = c.d_hidden, I = c.d_expert, E = c.n_routed_experts;
   const std::int64_t S = c.n_shared_experts, bytes = dtype_bytes(c.dtype);
   auto at = [bytes](const void* base, std::int64_t elements) {
@@ -174,6 +234,7 @@ void MoeRuntime::prepare(const MoeWeights& w) {
   // Synchronous copy: forwards issued before a re-prepare have been ordered by the caller.
   impl_->experts.upload(table.data(), table.size() * sizeof(ExpertWeights));
   impl_->router = w.router;
+  impl_->router_bias = c.routing.correction_bias ? w.router_bias : nullptr;
   impl_->prepared = true;
 }
 
@@ -200,72 +261,9 @@ void MoeRuntime::forward(const void* x, void* out, std::int64_t tokens, CUstream
   }
   check_pointer(x, "x");
   check_pointer(out, "out");
-  const MoeConfig& c = m.config;
   driver::ScopedContext scope(m.context.get());
   const LaunchPlan& plan = m.plan_for(tokens, stream);
-  const WorkspaceLayout& l = plan.layout;
-  const CUdeviceptr ws = m.workspace.get();
-  auto ptr = [ws](std::size_t offset) { return reinterpret_cast<void*>(ws + offset); };
-  const int T = int(tokens);
-  const std::int64_t E = c.n_routed_experts, S = c.n_shared_experts, k = c.top_k;
-  const std::int64_t slots = k + S;
-
-  RT_MOE_CALL(cuMemsetD32Async, ws + l.counts, 0, std::size_t(E), stream);
-
-  if (plan.router_tile.block_m == 0) {
-    RouterParams router{x, m.router, static_cast<float*>(ptr(l.logits)), T};
-    launch(*plan.router, {ceil_div(T, kRouterTokensPerBlock), ceil_div(E, kRouterWarps)}, router,
-           stream);
-  } else {
-    GemmParams router{};
-    router.a = x;
-    router.out = ptr(l.logits);
-    router.b = m.router;
-    router.tokens = T;
-    launch(*plan.router,
-           {ceil_div(T, plan.router_tile.block_m), ceil_div(E, plan.router_tile.block_n)}, router,
-           stream);
-  }
-
-  TopkParams topk{static_cast<const float*>(ptr(l.logits)), static_cast<int*>(ptr(l.topk_ids)),
-                  static_cast<float*>(ptr(l.topk_weights)), static_cast<int*>(ptr(l.counts)), T,
-                  c.routing.routed_scaling_factor};
-  launch(*plan.topk, {ceil_div(T, kTopkWarps)}, topk, stream);
-
-  const std::int64_t blocks = max_row_blocks(c, T, plan.tile.block_m);
-  OffsetsParams offsets{static_cast<const int*>(ptr(l.counts)), static_cast<int*>(ptr(l.fill)),
-                        static_cast<int*>(ptr(l.padded_offsets)),
-                        static_cast<int*>(ptr(l.block_expert)),
-                        static_cast<int*>(ptr(l.num_blocks)),
-                        static_cast<int*>(ptr(l.sorted_rows)), T, int(blocks)};
-  launch(*plan.offsets, {1}, offsets, stream);
-
-  ScatterParams scatter{static_cast<const int*>(ptr(l.topk_ids)),
-                        static_cast<const int*>(ptr(l.padded_offsets)),
-                        static_cast<int*>(ptr(l.fill)), static_cast<int*>(ptr(l.sorted_rows)), T};
-  launch(*plan.scatter, {ceil_div(T * slots, 256)}, scatter, stream);
-
-  const auto* experts = m.experts.as<const ExpertWeights>();
-  GemmParams gate_up{};
-  gate_up.a = x;
-  gate_up.out = ptr(l.h);
-  gate_up.experts = experts;
-  gate_up.sorted_rows = static_cast<const int*>(ptr(l.sorted_rows));
-  gate_up.block_expert = static_cast<const int*>(ptr(l.block_expert));
-  gate_up.num_blocks = static_cast<const int*>(ptr(l.num_blocks));
-  gate_up.topk_weights = static_cast<const float*>(ptr(l.topk_weights));
-  gate_up.tokens = T;
-  launch(*plan.gate_up,
-         {unsigned(blocks), ceil_div(c.d_expert, plan.tile.block_n / 2)}, gate_up, stream);
-
-  GemmParams down = gate_up;
-  down.a = ptr(l.h);
-  down.out = ptr(l.y);
-  launch(*plan.down, {unsigned(blocks), ceil_div(c.d_hidden, plan.tile.block_n)}, down, stream);
-
-  CombineParams combine{ptr(l.y), out, T};
-  launch(*plan.combine, {ceil_div(std::int64_t(T) * (c.d_hidden / 8), 256)}, combine, stream);
-
+  m.enqueue(plan, x, out, int(tokens), stream);
   m.last_plan = &plan;
   m.last_tokens = tokens;
 }
@@ -282,6 +280,12 @@ std::string MoeRuntime::describe(std::int64_t tokens) const {
   const MoeConfig& c = impl_->config;
   Bucket b = bucket_for(c, std::max<std::int64_t>(tokens, 1));
   GemmTile tile = default_tile(c, b.max_tokens, impl_->kernels->arch());
+  {
+    std::lock_guard<std::mutex> lock(impl_->mutex);
+    if (auto it = impl_->plans.find(b.group_sum_max); it != impl_->plans.end()) {
+      tile = it->second.tile;
+    }
+  }
   GemmTile router = router_tile(c, b.max_tokens);
   return fmt::format("bucket {} (<= {} tokens): grouped GEMM {}, router {}", b.group_sum_max,
                      b.max_tokens, tile.describe(),

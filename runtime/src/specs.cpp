@@ -22,15 +22,58 @@ std::string GemmTile::describe() const {
 
 bool has_wgmma(const std::string& arch) { return arch == "sm_90a"; }
 
-GemmTile default_tile(const MoeConfig& c, long long max_tokens, const std::string& arch) {
+namespace {
+
+// Rows of the average active expert when `max_tokens` tokens are routed uniformly.
+long long rows_per_expert(const MoeConfig& c, long long max_tokens) {
   const long long slots = c.top_k + c.n_shared_experts;
   const long long experts = c.n_routed_experts + c.n_shared_experts;
   const long long pairs = max_tokens * slots;
   const long long active = std::max(1LL, std::min(experts, pairs));
-  const long long rows_per_expert = (pairs + active - 1) / active;
-  if (rows_per_expert <= 16) return {16, 128, 64, 1, 4, 4};
-  if (rows_per_expert <= 32) return {32, 128, 64, 2, 2, 4};
-  if (rows_per_expert <= 64) return {64, 128, 64, 2, 2, 4};
+  return (pairs + active - 1) / active;
+}
+
+}  // namespace
+
+int tile_smem_bytes(const GemmTile& t) {
+  const int ring = t.stages * (t.block_m + t.block_n) * t.block_k * 2;
+  return t.sm == 90 ? ring + 1024 : ring;  // sm90: slack to align tiles to 1024 bytes
+}
+
+std::vector<GemmTile> candidate_tiles(const MoeConfig& c, long long max_tokens,
+                                      const std::string& arch, int max_smem) {
+  const GemmTile heuristic = default_tile(c, max_tokens, arch);
+  std::vector<GemmTile> space = {
+      {16, 128, 64, 1, 4, 4, 80}, {32, 128, 64, 2, 2, 4, 80},  {64, 128, 64, 2, 2, 4, 80},
+      {128, 128, 64, 2, 4, 3, 80},
+  };
+  if (has_wgmma(arch)) {
+    // warps_m x warps_n count warpgroups here.
+    space.insert(space.end(), {{64, 128, 64, 1, 1, 4, 90},
+                               {64, 256, 64, 1, 2, 4, 90},
+                               {128, 128, 64, 2, 1, 4, 90},
+                               {128, 256, 64, 2, 1, 3, 90},
+                               {128, 256, 64, 2, 1, 4, 90}});
+  }
+  long long tall = 16;
+  while (tall < rows_per_expert(c, max_tokens)) tall *= 2;
+  std::vector<GemmTile> candidates;
+  for (const GemmTile& t : space) {
+    if (t == heuristic || (tile_smem_bytes(t) <= max_smem && t.block_m <= 2 * tall)) {
+      candidates.push_back(t);
+    }
+  }
+  if (std::find(candidates.begin(), candidates.end(), heuristic) == candidates.end()) {
+    candidates.insert(candidates.begin(), heuristic);
+  }
+  return candidates;
+}
+
+GemmTile default_tile(const MoeConfig& c, long long max_tokens, const std::string& arch) {
+  const long long rows = rows_per_expert(c, max_tokens);
+  if (rows <= 16) return {16, 128, 64, 1, 4, 4};
+  if (rows <= 32) return {32, 128, 64, 2, 2, 4};
+  if (rows <= 64) return {64, 128, 64, 2, 2, 4};
   if (has_wgmma(arch)) return {128, 256, 64, 2, 1, 4, 90};  // warps_m/n count warpgroups
   return {128, 128, 64, 2, 4, 3};
 }
@@ -44,16 +87,26 @@ GemmTile router_tile(const MoeConfig& c, long long max_tokens) {
 
 KernelSpec router_spec(const MoeConfig& c, const GemmTile& tile) {
   if (tile.block_m != 0) return gemm_spec(c, GemmStage::kRouter, tile);
-  return {"routing", "routing.cuh",
-          fmt::format("rt_moe::RouterLogits<{}, {}, {}, {}, {}>", dtype_tag(c.dtype), c.d_hidden,
-                      c.n_routed_experts, kRouterTokensPerBlock, kRouterWarps),
-          "rt_moe::RouterParams"};
+  return {
+      "routing", "routing.cuh",
+      fmt::format("rt_moe::RouterLogits<{}, {}, {}, {}, {}, {}>", dtype_tag(c.dtype), c.d_hidden,
+                  c.n_routed_experts, kRouterTokensPerBlock, kRouterWarps, !c.routing.logits_fp32),
+      "rt_moe::RouterParams"};
 }
 
 KernelSpec topk_spec(const MoeConfig& c) {
+  const RoutingConfig& r = c.routing;
+  // Without groups, topk_group and group_score mean nothing: one instance serves them all.
+  const bool grouped = r.n_group > 1;
+  const bool sum_top2 = grouped && r.group_score == RoutingConfig::GroupScore::kSumTop2;
   return {"routing", "routing.cuh",
-          fmt::format("rt_moe::Topk<{}, {}, {}, {}, {}>", dtype_tag(c.dtype), c.n_routed_experts,
-                      c.top_k, c.routing.renormalize ? "true" : "false", kTopkWarps),
+          fmt::format("rt_moe::Topk<{}, {}, {}, {}, {}, {}, {}, {}, {}, {}>", dtype_tag(c.dtype),
+                      c.n_routed_experts, c.top_k,
+                      r.score == RoutingConfig::Score::kSigmoid ? "rt_moe::kScoreSigmoid"
+                                                                : "rt_moe::kScoreSoftmax",
+                      r.correction_bias, r.n_group, grouped ? r.topk_group : 1,
+                      sum_top2 ? "rt_moe::kGroupSumTop2" : "rt_moe::kGroupMax", r.renormalize,
+                      kTopkWarps),
           "rt_moe::TopkParams"};
 }
 

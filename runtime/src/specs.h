@@ -44,6 +44,15 @@ inline constexpr long long kRouterMmaMinTokens = 128;
 // The tile of the tensor-core gating GEMM for a bucket, or block_m == 0 for the CUDA-core kernel.
 GemmTile router_tile(const MoeConfig& config, long long max_tokens);
 
+// Shared memory a tile needs, in bytes.
+int tile_smem_bytes(const GemmTile& tile);
+
+// The tunable space for a bucket: every tile the GEMM templates accept on `arch` that fits in
+// `max_smem` bytes of shared memory, without tiles much taller than the rows an expert can get
+// (they only multiply padding). Always contains default_tile().
+std::vector<GemmTile> candidate_tiles(const MoeConfig& config, long long max_tokens,
+                                      const std::string& arch, int max_smem);
+
 inline constexpr int kRouterTokensPerBlock = 4;
 inline constexpr int kRouterWarps = 8;
 inline constexpr int kTopkWarps = 4;

@@ -66,6 +66,26 @@ pid_t spawn(const std::vector<std::string>& args) {
   return pid;
 }
 
+// Kills and reaps, when the test ends early, every child it did not wait for.
+class ChildGuard {
+ public:
+  ~ChildGuard() {
+    for (const pid_t pid : pids_) {
+      if (::waitpid(pid, nullptr, WNOHANG) == 0) {
+        ::kill(pid, SIGKILL);
+        ::waitpid(pid, nullptr, 0);
+      }
+    }
+  }
+  pid_t add(pid_t pid) {
+    pids_.push_back(pid);
+    return pid;
+  }
+
+ private:
+  std::vector<pid_t> pids_;
+};
+
 int wait_for(pid_t pid) {
   int status = 0;
   REQUIRE(::waitpid(pid, &status, 0) == pid);
@@ -120,8 +140,9 @@ TEST_CASE("cache stress: processes SIGKILLed mid-run leave only verified entries
         child, "stress", dir.string(), std::to_string(kKeys), std::to_string(id), go.string()};
   };
 
+  ChildGuard guard;
   std::vector<pid_t> children;
-  for (int id = 0; id < kProcesses; ++id) children.push_back(spawn(args(id)));
+  for (int id = 0; id < kProcesses; ++id) children.push_back(guard.add(spawn(args(id))));
 
   // kKills kill times 10-200 ms after the start; each kills a random child still running.
   std::vector<int> kill_ms;
@@ -175,7 +196,7 @@ TEST_CASE("cache stress: processes SIGKILLed mid-run leave only verified entries
   CHECK(after_kills.staging.size() <= killed.size());  // one store at a time per process
 
   std::map<int, pid_t> restarted;
-  for (const int id : killed) restarted[id] = spawn(args(id));
+  for (const int id : killed) restarted[id] = guard.add(spawn(args(id)));
   for (const auto& [id, pid] : restarted) {
     const int status = wait_for(pid);
     INFO("restarted child " << id << " status " << status);

@@ -60,8 +60,9 @@ std::string load_error(const std::string& text) {
 
 TEST_CASE("presets: every preset loads, validates and carries its own name", "[presets]") {
   const std::vector<std::string> names = preset_names();
-  const std::vector<std::string> expected = {"deepseek-v3",   "gpumode-moe", "mixtral-8x7b",
-                                             "qwen3-30b-a3b", "race-moe",    "tiny"};
+  const std::vector<std::string> expected = {"deepseek-v2",  "deepseek-v3",   "gpumode-moe",
+                                             "mixtral-8x7b", "qwen3-30b-a3b", "race-moe",
+                                             "tiny"};
   CHECK(names == expected);
   for (const std::string& name : names) {
     INFO(name);
@@ -70,11 +71,94 @@ TEST_CASE("presets: every preset loads, validates and carries its own name", "[p
     CHECK_FALSE(model.description.empty());
     CHECK(model.max_tokens == 16384);
     CHECK(model.moe.dtype == DType::kBF16);
-    CHECK(model.moe.routing.score == RoutingConfig::Score::kSoftmax);
-    CHECK_FALSE(model.moe.routing.renormalize);
-    CHECK(model.moe.routing.routed_scaling_factor == 1.0f);
     CHECK_NOTHROW(model.moe.validate());
   }
+}
+
+TEST_CASE("presets: each preset carries its model's routing (REFERENCE.md section 4)",
+          "[presets]") {
+  using Score = RoutingConfig::Score;
+  using GroupScore = RoutingConfig::GroupScore;
+  const RoutingConfig v3 = preset("deepseek-v3").moe.routing;
+  CHECK(v3.score == Score::kSigmoid);
+  CHECK(v3.correction_bias);
+  CHECK(v3.n_group == 8);
+  CHECK(v3.topk_group == 4);
+  CHECK(v3.group_score == GroupScore::kSumTop2);
+  CHECK(v3.renormalize);
+  CHECK(v3.routed_scaling_factor == 2.5f);
+  CHECK_FALSE(v3.logits_fp32);
+
+  const RoutingConfig v2 = preset("deepseek-v2").moe.routing;
+  CHECK(v2.score == Score::kSoftmax);
+  CHECK_FALSE(v2.correction_bias);
+  CHECK(v2.n_group == 8);
+  CHECK(v2.topk_group == 3);
+  CHECK(v2.group_score == GroupScore::kMax);
+  CHECK_FALSE(v2.renormalize);
+  CHECK(v2.routed_scaling_factor == 16.0f);
+  CHECK_FALSE(v2.logits_fp32);
+
+  for (const char* name : {"qwen3-30b-a3b", "mixtral-8x7b"}) {
+    INFO(name);
+    const RoutingConfig r = preset(name).moe.routing;
+    CHECK(r.score == Score::kSoftmax);
+    CHECK_FALSE(r.correction_bias);
+    CHECK(r.n_group == 1);
+    CHECK(r.renormalize);
+    CHECK(r.routed_scaling_factor == 1.0f);
+    CHECK(r.logits_fp32);
+  }
+  for (const char* name : {"gpumode-moe", "race-moe", "tiny"}) {
+    INFO(name);
+    const RoutingConfig r = preset(name).moe.routing;
+    CHECK(r.describe() == RoutingConfig{}.describe());  // the reference default
+    CHECK(r.score == Score::kSoftmax);
+    CHECK_FALSE(r.correction_bias);
+    CHECK(r.n_group == 1);
+    CHECK(r.topk_group == 1);
+    CHECK_FALSE(r.renormalize);
+    CHECK(r.routed_scaling_factor == 1.0f);
+    CHECK_FALSE(r.logits_fp32);
+  }
+}
+
+TEST_CASE("presets: the routing keys load, and bad routing values name their key", "[presets]") {
+  TempFile file(R"({"d_hidden": 64, "d_expert": 32, "n_routed_experts": 16,
+    "n_shared_experts": 0, "top_k": 4, "routing": {"score": "sigmoid", "correction_bias": true,
+    "n_group": 4, "topk_group": 2, "group_score": "sum_top2", "logits_fp32": true}})");
+  const RoutingConfig r = load_config_file(file.path()).moe.routing;
+  CHECK(r.score == RoutingConfig::Score::kSigmoid);
+  CHECK(r.correction_bias);
+  CHECK(r.n_group == 4);
+  CHECK(r.topk_group == 2);
+  CHECK(r.group_score == RoutingConfig::GroupScore::kSumTop2);
+  CHECK(r.logits_fp32);
+  CHECK_FALSE(r.renormalize);
+
+  auto with_routing = [](const std::string& routing) {
+    return R"({"d_hidden": 64, "d_expert": 32, "n_routed_experts": 16, "n_shared_experts": 0,
+               "top_k": 4, "routing": {)" +
+           routing + "}}";
+  };
+  CHECK(load_error(with_routing(R"("group_score": "mean")")).find("'routing.group_score'") !=
+        std::string::npos);
+  CHECK(load_error(with_routing(R"("n_group": "8")")).find("'routing.n_group'") !=
+        std::string::npos);
+  CHECK(load_error(with_routing(R"("correction_bias": 1)")).find("'routing.correction_bias'") !=
+        std::string::npos);
+  CHECK(load_error(with_routing(R"("logits_fp32": "yes")")).find("'routing.logits_fp32'") !=
+        std::string::npos);
+  CHECK(load_error(with_routing(R"("topk_group": 4294967297)")).find("'routing.topk_group'") !=
+        std::string::npos);
+  // Ranges are validate()'s, reported with the file's name.
+  CHECK(load_error(with_routing(R"("n_group": 3)")).find("routing.n_group = 3") !=
+        std::string::npos);
+  CHECK(
+      load_error(with_routing(R"("n_group": 4, "topk_group": 5)")).find("routing.topk_group = 5") !=
+      std::string::npos);
+  CHECK(load_error(with_routing(R"("n_group": 16, "topk_group": 2)")).find("top_k = 4 exceeds") !=
+        std::string::npos);
 }
 
 TEST_CASE("presets: presets hold the REFERENCE.md shapes", "[presets]") {
@@ -85,7 +169,8 @@ TEST_CASE("presets: presets hold the REFERENCE.md shapes", "[presets]") {
   for (const Shape& s :
        {Shape{"deepseek-v3", 7168, 2048, 256, 1, 8}, Shape{"gpumode-moe", 7168, 2048, 32, 1, 4},
         Shape{"race-moe", 7168, 2048, 8, 0, 4}, Shape{"qwen3-30b-a3b", 2048, 768, 128, 0, 8},
-        Shape{"mixtral-8x7b", 4096, 14336, 8, 0, 2}, Shape{"tiny", 256, 128, 8, 1, 2}}) {
+        Shape{"mixtral-8x7b", 4096, 14336, 8, 0, 2}, Shape{"tiny", 256, 128, 8, 1, 2},
+        Shape{"deepseek-v2", 5120, 1536, 160, 2, 6}}) {
     INFO(s.name);
     const MoeConfig c = preset(s.name).moe;
     CHECK(c.d_hidden == s.H);

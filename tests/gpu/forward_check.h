@@ -60,7 +60,7 @@ inline CheckResult check_forward(MoeRuntime& moe, const HostWeights& weights,
   result.run = run_forward(moe, x_dev, out_dev, tokens, stream);
   const ForwardRun& run = result.run;
 
-  Routing ref_routing = reference_routing(c, x, weights.router, tokens);
+  Routing ref_routing = reference_routing(c, x, weights.router, tokens, weights.router_bias);
   std::string routing_problem = check_routing(c, ref_routing, run.ids, run.weights);
   INFO(label << ": " << routing_problem);
   CHECK(routing_problem.empty());

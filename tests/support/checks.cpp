@@ -29,14 +29,16 @@ float ulp_at(DType dtype, float value) {
   return bits_to_float(dtype, static_cast<std::uint16_t>(bits + 1)) - bits_to_float(dtype, bits);
 }
 
-// Whether two probs of one token are as close as one ulp of its logits allows (reference.h).
-bool within_logit_ulp(DType dtype, float a, float b, float max_abs_logit) {
-  if (std::isnan(a) || std::isnan(b)) return false;
-  if (within_one_ulp(dtype, a, b)) return true;
-  const float p = std::max(std::abs(a), std::abs(b));
-  const float tolerance = p * std::expm1(2.0f * ulp_at(dtype, max_abs_logit)) + ulp_at(dtype, p);
-  return std::abs(a - b) <= tolerance;
+// How far the GPU's score s of one expert can be from the reference's (reference.h).
+float score_tolerance(const MoeConfig& config, float s, float max_abs_logit) {
+  if (std::isnan(s)) return 0.0f;
+  const float moved = std::expm1(2.0f * ulp_at(config.dtype, max_abs_logit));
+  const float relative =
+      config.routing.score == RoutingConfig::Score::kSigmoid ? (1.0f - s) * moved : moved;
+  return std::abs(s) * relative + ulp_at(config.dtype, s);
 }
+
+float rank_value(float v) { return std::isnan(v) ? -INFINITY : v; }
 
 std::string id_list(std::span<const std::int32_t> ids) {
   return fmt::format("{{{}}}", fmt::join(ids, ", "));
@@ -87,22 +89,97 @@ Comparison compare(DType dtype, std::span<const std::uint16_t> out, std::span<co
   return c;
 }
 
+namespace {
+
+// Whether the GPU's `chosen` set for one token is a choice that scores within their tolerance
+// would make exact (reference.h); returns the reason when it is not.
+std::string explain_choice(const MoeConfig& config, std::span<const std::int32_t> chosen,
+                           const float* v, const float* tol) {
+  const RoutingConfig& rc = config.routing;
+  const std::int64_t e = config.n_routed_experts;
+  const std::int64_t n_group = std::max(1, rc.n_group), size = e / n_group;
+  const int keep = n_group > 1 ? rc.topk_group : 1;
+  std::vector<char> is_chosen(e, 0), kept(n_group, 0);
+  float chosen_floor = INFINITY;  // min over chosen of v + tol
+  for (const std::int32_t id : chosen) {
+    is_chosen[id] = 1;
+    kept[id / size] = 1;
+    chosen_floor = std::min(chosen_floor, rank_value(v[id]) + tol[id]);
+  }
+  if (std::count(kept.begin(), kept.end(), 1) > keep) {
+    return fmt::format("the experts lie in more than topk_group = {} groups", keep);
+  }
+  // Group scores and tolerances on the reference's values.
+  std::vector<float> group_score(n_group), group_tol(n_group), group_top(n_group);
+  for (std::int64_t g = 0; g < n_group; ++g) {
+    std::vector<float> values;
+    float worst = 0.0f, top = -INFINITY;
+    for (std::int64_t j = g * size; j < (g + 1) * size; ++j) {
+      values.push_back(rank_value(v[j]));
+      worst = std::max(worst, tol[j]);
+      top = std::max(top, rank_value(v[j]) - tol[j]);
+    }
+    std::sort(values.begin(), values.end(), std::greater<>());
+    const bool sum2 = rc.group_score == RoutingConfig::GroupScore::kSumTop2 && size >= 2;
+    group_score[g] = rank_value(sum2 ? values[0] + values[1] : values[0]);
+    group_tol[g] = sum2 ? 2 * worst : worst;
+    group_top[g] = top;  // the lowest its best expert can be
+  }
+  if (n_group > 1) {
+    // Fill with the best other groups whose experts all stay below the chosen ones.
+    std::vector<std::int64_t> others;
+    for (std::int64_t g = 0; g < n_group; ++g) {
+      if (!kept[g] && group_top[g] <= chosen_floor) others.push_back(g);
+    }
+    std::stable_sort(others.begin(), others.end(), [&](std::int64_t a, std::int64_t b) {
+      return group_score[a] > group_score[b];
+    });
+    std::int64_t missing = keep - std::count(kept.begin(), kept.end(), 1);
+    for (std::size_t i = 0; i < others.size() && missing > 0; ++i, --missing) kept[others[i]] = 1;
+    if (missing > 0) return "too few groups could have been kept with these experts";
+    for (std::int64_t a = 0; a < n_group; ++a) {
+      for (std::int64_t b = 0; b < n_group; ++b) {
+        if (kept[a] && !kept[b] && group_score[b] - group_score[a] > group_tol[a] + group_tol[b]) {
+          return fmt::format("dropped group {} (score {}) beats kept group {} (score {})", b,
+                             group_score[b], a, group_score[a]);
+        }
+      }
+    }
+  }
+  for (const std::int32_t c : chosen) {
+    for (std::int64_t u = 0; u < e; ++u) {
+      if (is_chosen[u] || !kept[u / size]) continue;
+      if (rank_value(v[u]) - rank_value(v[c]) > tol[c] + tol[u]) {
+        return fmt::format("expert {} (value {}) beats chosen expert {} (value {})", u, v[u], c,
+                           v[c]);
+      }
+    }
+  }
+  return "";
+}
+
+}  // namespace
+
 std::string check_routing(const MoeConfig& config, const Routing& ref,
                           std::span<const std::int32_t> ids, std::span<const float> weights) {
   const std::int64_t k = config.top_k, e = config.n_routed_experts, t_count = ref.tokens;
   if (ref.top_k != k || static_cast<std::int64_t>(ref.probs.size()) != t_count * e ||
+      (!ref.selection.empty() && ref.selection.size() != ref.probs.size()) ||
       static_cast<std::int64_t>(ids.size()) != t_count * k || weights.size() != ids.size()) {
     throw Error(ErrorCode::kInvalidArgument,
                 fmt::format("check_routing: {} ids and {} weights for {} tokens, k={}, E={}",
                             ids.size(), weights.size(), t_count, k, e));
   }
   const DType dt = config.dtype;
-  std::vector<float> sorted(e);
+  const RoutingConfig& rc = config.routing;
+  std::vector<float> tol(e);
   for (std::int64_t t = 0; t < t_count; ++t) {
     const auto got = ids.subspan(t * k, k);
     const auto want = std::span(ref.ids).subspan(t * k, k);
     const float* probs = &ref.probs[t * e];
+    const float* v = ref.selection.empty() ? probs : &ref.selection[t * e];
     const float max_abs_logit = ref.max_abs_logit.empty() ? 0.0f : ref.max_abs_logit[t];
+    for (std::int64_t j = 0; j < e; ++j) tol[j] = score_tolerance(config, probs[j], max_abs_logit);
     std::vector<std::int32_t> got_set(got.begin(), got.end()), want_set(want.begin(), want.end());
     std::sort(got_set.begin(), got_set.end());
     std::sort(want_set.begin(), want_set.end());
@@ -110,36 +187,34 @@ std::string check_routing(const MoeConfig& config, const Routing& ref,
         fmt::format("token {}: ids {} vs reference {}", t, id_list(got), id_list(want));
 
     if (got_set != want_set) {
-      // Allowed only as a near-tie at the selection boundary: every chosen expert is distinct
-      // and at most one ulp below the reference's k-th prob, which is at most one ulp above the
-      // (k+1)-th.
       if (k == e) return where + " (k == E: every expert must be chosen)";
-      std::copy(probs, probs + e, sorted.begin());
-      std::nth_element(sorted.begin(), sorted.begin() + k, sorted.end(), std::greater<>());
-      const float next = sorted[k];
-      const float kth = *std::min_element(sorted.begin(), sorted.begin() + k);
-      if (!within_logit_ulp(dt, kth, next, max_abs_logit)) {
-        return fmt::format(
-            "{}; k-th and (k+1)-th probs {} and {} are further apart than one logit ulp allows",
-            where, kth, next);
-      }
       if (std::adjacent_find(got_set.begin(), got_set.end()) != got_set.end() ||
           got_set.front() < 0 || got_set.back() >= e) {
         return where + " (repeated or out-of-range id)";
       }
-      for (const std::int32_t id : got_set) {
-        if (probs[id] < kth && !within_logit_ulp(dt, probs[id], kth, max_abs_logit)) {
-          return fmt::format("{}; expert {} has prob {} below the k-th {}", where, id, probs[id],
-                             kth);
-        }
-      }
+      const std::string why = explain_choice(config, got_set, v, tol.data());
+      if (!why.empty()) return fmt::format("{}; not a near-tie: {}", where, why);
       continue;  // a tie swap: the weights of swapped experts have no reference to match
     }
+    // The weights: each score within its tol, carried through w = scale * s / sum.
+    float sum = 0.0f, sum_tol = 0.0f;
+    for (const std::int32_t id : want) {
+      sum += probs[id];
+      sum_tol += tol[id];
+    }
+    const float scale = rc.routed_scaling_factor;
+    const bool rounds_again = rc.renormalize || scale != 1.0f;
     for (std::int64_t j = 0; j < k; ++j) {
       const auto pos = std::find(want.begin(), want.end(), got[j]) - want.begin();
       const float want_w = ref.weights[t * k + pos], got_w = weights[t * k + j];
-      if (!within_logit_ulp(dt, got_w, want_w, max_abs_logit)) {
-        return fmt::format("{}; expert {} weight {} vs reference {}", where, got[j], got_w, want_w);
+      if (within_one_ulp(dt, got_w, want_w)) continue;
+      const float s = probs[got[j]];
+      float allowed = rc.renormalize ? scale * (tol[got[j]] / sum + s * sum_tol / (sum * sum))
+                                     : scale * tol[got[j]];
+      if (rounds_again) allowed += ulp_at(dt, std::max(std::abs(got_w), std::abs(want_w)));
+      if (!(std::abs(got_w - want_w) <= allowed)) {  // NaN fails
+        return fmt::format("{}; expert {} weight {} vs reference {} (allowed difference {})", where,
+                           got[j], got_w, want_w, allowed);
       }
     }
   }

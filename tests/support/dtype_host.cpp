@@ -93,6 +93,21 @@ RT_MOE_HOST_CLONES void fill_pairs(std::uint16_t* out, std::int64_t n, DType dty
   }
 }
 
+// N(0, 1) * scale in fp32, from the same generator as fill_random (single-threaded: for small
+// tensors).
+std::vector<float> random_floats(std::int64_t count, float scale, std::uint64_t seed) {
+  std::vector<float> out(count);
+  const std::uint64_t key = mix64(seed + kGolden);
+  for (std::int64_t first = 0; first < count; first += 2 * kPairsPerBlock) {
+    F32x8 lo, hi;
+    normals16(key, first / 2, lo, hi);
+    for (std::int64_t j = 0; j < 16 && first + j < count; ++j) {
+      out[first + j] = (j < 8 ? lo[j] : hi[j - 8]) * scale;
+    }
+  }
+  return out;
+}
+
 // A seed per tensor: tensors never share a stream.
 std::uint64_t derive_seed(std::uint64_t seed, std::uint64_t tensor) {
   return mix64(seed + (tensor + 1) * kGolden);
@@ -135,6 +150,7 @@ HostWeights random_weights(const MoeConfig& config, std::uint64_t seed) {
     w.shared_up = random_tensor(dt, si * h, inv_sqrt(si), derive_seed(seed, 5));
     w.shared_down = random_tensor(dt, h * si, inv_sqrt(h), derive_seed(seed, 6));
   }
+  w.router_bias = random_floats(e, 0.01f, derive_seed(seed, 8));  // 7: activations
   return w;
 }
 

@@ -24,6 +24,10 @@ DeviceWeights upload(const HostWeights& host) {
     w.shared_up = upload(host.shared_up);
     w.shared_down = upload(host.shared_down);
   }
+  if (!host.router_bias.empty()) {
+    w.router_bias = driver::DeviceBuffer(host.router_bias.size() * sizeof(float));
+    w.router_bias.upload(host.router_bias.data(), host.router_bias.size() * sizeof(float));
+  }
   return w;
 }
 
@@ -31,7 +35,8 @@ MoeWeights DeviceWeights::view() const {
   auto p = [](const driver::DeviceBuffer& b) -> const void* {
     return b.bytes() == 0 ? nullptr : b.as<const void>();
   };
-  return {p(router), p(gate), p(up), p(down), p(shared_gate), p(shared_up), p(shared_down)};
+  return {p(router),      p(gate),      p(up),          p(down),
+          p(shared_gate), p(shared_up), p(shared_down), static_cast<const float*>(p(router_bias))};
 }
 
 ForwardRun run_forward(MoeRuntime& moe, const driver::DeviceBuffer& x, driver::DeviceBuffer& out,

@@ -17,6 +17,7 @@ void use_primary_context();
 
 struct DeviceWeights {
   driver::DeviceBuffer router, gate, up, down, shared_gate, shared_up, shared_down;
+  driver::DeviceBuffer router_bias;  // fp32 [E]
   MoeWeights view() const;
 };
 

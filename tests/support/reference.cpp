@@ -44,23 +44,61 @@ std::vector<float> padded_floats(DType dtype, const std::uint16_t* in, std::int6
   return out;
 }
 
-// Rounded logits [E] of one token: 4 router rows per pass over x.
-RT_MOE_HOST_CLONES void token_logits(DType dtype, const float* x, const float* router,
+// Logits [E] of one token, rounded to the dtype when `round`: 4 router rows per pass over x.
+RT_MOE_HOST_CLONES void token_logits(DType dtype, bool round, const float* x, const float* router,
                                      std::int64_t experts, std::int64_t stride, float* logits) {
+  auto store = [&](std::int64_t e, float dot) { logits[e] = round ? rounded(dtype, dot) : dot; };
   std::int64_t e = 0;
   for (; e + 4 <= experts; e += 4) {
     const float* rows[4] = {router + e * stride, router + (e + 1) * stride,
                             router + (e + 2) * stride, router + (e + 3) * stride};
     float out[1][4];
     host::dot_block<1, 4>(&x, rows, stride, out);
-    for (int j = 0; j < 4; ++j) logits[e + j] = rounded(dtype, out[0][j]);
+    for (int j = 0; j < 4; ++j) store(e + j, out[0][j]);
   }
   for (; e < experts; ++e) {
     const float* row = router + e * stride;
     float out[1][1];
     host::dot_block<1, 1>(&x, &row, stride, out);
-    logits[e] = rounded(dtype, out[0][0]);
+    store(e, out[0][0]);
   }
+}
+
+// Selection order on values: NaN ranks as -inf (the kernel's order_key).
+float rank_value(float v) { return std::isnan(v) ? -INFINITY : v; }
+
+// The experts that may be chosen: those of the topk_group best groups, or all without groups.
+// `v` holds the token's E selection values.
+std::vector<std::int32_t> candidate_experts(const RoutingConfig& r, const float* v,
+                                            std::int64_t experts) {
+  std::vector<std::int32_t> candidates;
+  if (r.n_group <= 1) {
+    candidates.resize(experts);
+    std::iota(candidates.begin(), candidates.end(), 0);
+    return candidates;
+  }
+  const std::int64_t size = experts / r.n_group;
+  std::vector<float> group_score(r.n_group);
+  for (int g = 0; g < r.n_group; ++g) {
+    std::vector<float> values(v + g * size, v + (g + 1) * size);
+    for (float& value : values) value = rank_value(value);
+    std::sort(values.begin(), values.end(), std::greater<>());
+    const float score = r.group_score == RoutingConfig::GroupScore::kSumTop2
+                            ? values[0] + values[1]  // validate(): groups of 2 or more
+                            : values[0];
+    group_score[g] = rank_value(score);  // inf + -inf
+  }
+  std::vector<std::int32_t> groups(r.n_group);
+  std::iota(groups.begin(), groups.end(), 0);
+  std::stable_sort(groups.begin(), groups.end(), [&](std::int32_t a, std::int32_t b) {
+    return group_score[a] > group_score[b];  // stable: ties keep the lower group index first
+  });
+  groups.resize(r.topk_group);
+  std::sort(groups.begin(), groups.end());
+  for (const std::int32_t g : groups) {
+    for (std::int64_t j = 0; j < size; ++j) candidates.push_back(std::int32_t(g * size + j));
+  }
+  return candidates;
 }
 
 // -------------------------------------------------------------------------------------------------
@@ -181,8 +219,10 @@ std::vector<Item> make_items(const std::vector<Group>& groups, std::int64_t rows
 }  // namespace
 
 Routing reference_routing(const MoeConfig& config, std::span<const std::uint16_t> x,
-                          std::span<const std::uint16_t> router, std::int64_t tokens) {
+                          std::span<const std::uint16_t> router, std::int64_t tokens,
+                          std::span<const float> router_bias) {
   config.validate();
+  const RoutingConfig& rc = config.routing;
   const std::int64_t h = config.d_hidden, e = config.n_routed_experts, k = config.top_k;
   require(tokens >= 0 && static_cast<std::int64_t>(x.size()) == tokens * h,
           fmt::format("reference_routing: x has {} elements, want tokens * H = {}", x.size(),
@@ -190,9 +230,10 @@ Routing reference_routing(const MoeConfig& config, std::span<const std::uint16_t
   require(static_cast<std::int64_t>(router.size()) == e * h,
           fmt::format("reference_routing: router has {} elements, want E * H = {}", router.size(),
                       e * h));
-  if (config.routing.score != RoutingConfig::Score::kSoftmax) {
-    throw Error(ErrorCode::kUnsupported, "reference_routing: sigmoid scoring is not implemented");
-  }
+  require(!rc.correction_bias || static_cast<std::int64_t>(router_bias.size()) == e,
+          fmt::format("reference_routing: the config uses a correction bias; router_bias has {} "
+                      "elements, want E = {}",
+                      router_bias.size(), e));
   const DType dt = config.dtype;
   const std::int64_t stride = padded(h);
   const std::vector<float> router_f = padded_floats(dt, router.data(), e, h);
@@ -203,34 +244,45 @@ Routing reference_routing(const MoeConfig& config, std::span<const std::uint16_t
   out.ids.resize(tokens * k);
   out.weights.resize(tokens * k);
   out.probs.resize(tokens * e);
+  out.selection.resize(tokens * e);
   out.max_abs_logit.resize(tokens);
   host::parallel_items(tokens, [&] {
-    return [&, xf = std::vector<float>(stride, 0.0f), logits = std::vector<float>(e),
-            order = std::vector<std::int32_t>(e)](std::int64_t t) mutable {
+    return [&, xf = std::vector<float>(stride, 0.0f),
+            logits = std::vector<float>(e)](std::int64_t t) mutable {
       host::to_floats(dt, &x[t * h], xf.data(), h);
-      token_logits(dt, xf.data(), router_f.data(), e, stride, logits.data());
+      token_logits(dt, !rc.logits_fp32, xf.data(), router_f.data(), e, stride, logits.data());
       float max_abs = 0.0f;
       for (float l : logits) max_abs = std::max(max_abs, std::abs(l));
       out.max_abs_logit[t] = max_abs;
-      // Softmax in fp32 over the rounded logits.
-      const float max_logit = *std::max_element(logits.begin(), logits.end());
-      float sum = 0.0f;
-      for (float& l : logits) sum += (l = std::exp(l - max_logit));
       float* probs = &out.probs[t * e];
-      for (std::int64_t j = 0; j < e; ++j) probs[j] = round_to(dt, logits[j] / sum);
-      // Top-k on the rounded probs, ties toward the lower index (NaN sorts last).
-      auto key = [&](std::int32_t j) { return std::isnan(probs[j]) ? -INFINITY : probs[j]; };
-      std::iota(order.begin(), order.end(), 0);
+      if (rc.score == RoutingConfig::Score::kSoftmax) {
+        // Softmax in fp32 over the (rounded) logits.
+        const float max_logit = *std::max_element(logits.begin(), logits.end());
+        float sum = 0.0f;
+        for (float& l : logits) sum += (l = std::exp(l - max_logit));
+        for (std::int64_t j = 0; j < e; ++j) probs[j] = round_to(dt, logits[j] / sum);
+      } else {
+        for (std::int64_t j = 0; j < e; ++j) {
+          probs[j] = round_to(dt, 1.0f / (1.0f + std::exp(-logits[j])));
+        }
+      }
+      float* v = &out.selection[t * e];
+      for (std::int64_t j = 0; j < e; ++j) {
+        v[j] = rc.correction_bias ? probs[j] + router_bias[j] : probs[j];
+      }
+      // Top-k on v among the candidates, ties toward the lower index (NaN as -inf).
+      std::vector<std::int32_t> order = candidate_experts(rc, v, e);
       std::partial_sort(order.begin(), order.begin() + k, order.end(),
                         [&](std::int32_t a, std::int32_t b) {
-                          return key(a) > key(b) || (key(a) == key(b) && a < b);
+                          const float va = rank_value(v[a]), vb = rank_value(v[b]);
+                          return va > vb || (va == vb && a < b);
                         });
       float chosen_sum = 0.0f;
       for (std::int64_t j = 0; j < k; ++j) chosen_sum += probs[order[j]];
       for (std::int64_t j = 0; j < k; ++j) {
         float w = probs[order[j]];
-        if (config.routing.renormalize) w /= chosen_sum;
-        w *= config.routing.routed_scaling_factor;
+        if (rc.renormalize) w /= chosen_sum;
+        w *= rc.routed_scaling_factor;
         out.ids[t * k + j] = order[j];
         out.weights[t * k + j] = round_to(dt, w);  // exact for the default routing
       }

@@ -1,8 +1,14 @@
 // The CPU reference of the MoE forward (../shared/REFERENCE.md), for tests and the benchmark's
 // --check. Inputs are already rounded to the activation dtype (stored as raw 16-bit patterns);
-// arithmetic is fp32 with the rounding points of the GPU pipeline:
-//   logits (fp32 dot) -> dtype; probs = softmax in fp32 over those -> dtype; top-k on the rounded
-//   probs, ties toward the lower expert index;
+// arithmetic is fp32 with the rounding points of the GPU pipeline (kernel_templates/routing.cuh):
+//   logits (fp32 dot) -> dtype, or kept fp32 with routing.logits_fp32;
+//   scores s = softmax in fp32 over all E -> dtype, or s = 1 / (1 + exp(-logit)) in fp32 -> dtype;
+//   selection values v = s + router_bias in fp32 with routing.correction_bias, else s;
+//   n_group > 1: group scores (max of the group's v, or the fp32 sum of its two largest) choose
+//   topk_group groups (ties toward the lower group index); top-k on v among the experts of the
+//   kept groups, ties toward the lower expert index; NaN ranks as -inf;
+//   weights = the chosen s (unbiased), / their fp32 sum in selection order when renormalize,
+//   * routed_scaling_factor, -> dtype;
 //   h = dtype(SiLU(g) * u) with g, u fp32 dot products (h is the down GEMM's dtype input);
 //   y = dot(h, w_down) * weight in fp32 (kept in fp32: a dtype y would cost up to one ulp of the
 //   largest slot, more than the 1e-2 rule allows for bf16 outputs near cancellation);
@@ -39,10 +45,13 @@ struct HostWeights {
   std::vector<std::uint16_t> shared_gate;  // [S*I, H] (empty when S == 0)
   std::vector<std::uint16_t> shared_up;    // [S*I, H]
   std::vector<std::uint16_t> shared_down;  // [H, S*I]
+  std::vector<float> router_bias;          // [E] fp32 correction bias (routing.correction_bias)
 };
 
 // The reference generator's scales: router ~ randn/sqrt(H); gate, up ~ randn/sqrt(I);
 // down ~ randn/sqrt(H); shared gate/up ~ randn/sqrt(S*I), shared down ~ randn/sqrt(H).
+// router_bias ~ randn * 0.01 in fp32 (always made; used only when the config says so): a few bf16
+// ulps of a sigmoid score, enough to change some selections.
 HostWeights random_weights(const MoeConfig& config, std::uint64_t seed);
 std::vector<std::uint16_t> random_activations(const MoeConfig& config, std::int64_t tokens,
                                               std::uint64_t seed);  // [T, H] ~ randn
@@ -50,14 +59,17 @@ std::vector<std::uint16_t> random_activations(const MoeConfig& config, std::int6
 struct Routing {
   std::int64_t tokens = 0;
   std::int64_t top_k = 0;
-  std::vector<std::int32_t> ids;   // [T, k] chosen experts, in order of decreasing prob
-  std::vector<float> weights;      // [T, k] their (rounded) probs
-  std::vector<float> probs;        // [T, E] all rounded probs (for the tie rule)
-  std::vector<float> max_abs_logit;  // [T] largest |rounded logit| of each token
+  std::vector<std::int32_t> ids;     // [T, k] chosen experts, in selection order (decreasing v)
+  std::vector<float> weights;        // [T, k] their weights (dtype values)
+  std::vector<float> probs;          // [T, E] every score s: dtype-rounded softmax prob or sigmoid
+  std::vector<float> selection;      // [T, E] what top-k ranks: v = s (+ bias); empty: probs
+  std::vector<float> max_abs_logit;  // [T] largest |logit| of each token
 };
 
+// `router_bias` ([E] fp32) is required when config.routing.correction_bias, ignored otherwise.
 Routing reference_routing(const MoeConfig& config, std::span<const std::uint16_t> x,
-                          std::span<const std::uint16_t> router, std::int64_t tokens);
+                          std::span<const std::uint16_t> router, std::int64_t tokens,
+                          std::span<const float> router_bias = {});
 
 // The forward for the listed tokens only (all when `token_subset` is empty), with the given
 // routing decisions (ids and weights [T, k]). Returns fp32 values of the dtype-rounded outputs,
@@ -83,14 +95,31 @@ struct Comparison {
 Comparison compare(DType dtype, std::span<const std::uint16_t> out, std::span<const float> ref,
                    std::int64_t cols, double atol = 1e-2, double rtol = 1e-2);
 
-// Routing check of REFERENCE.md section 2: returns a description of the first token whose chosen
-// set differs from the reference when its k-th and (k+1)-th probabilities are further apart than
-// one ulp allows, or whose weights differ from the reference's by more than that; empty when all
-// tokens agree. "One ulp" is taken at the logits, where the GPU and the reference can differ: a
-// logit rounded to the dtype can land one ulp apart when the fp32 dot products sum in another
-// order, and one ulp of a logit moves a prob by a factor exp(ulp), many ulps of the prob itself
-// (bf16 logits near 4 have ulp 2^-5: probs move by 3%). The allowed prob difference for a token is
-// p * (exp(2 * ulp(max |logit|)) - 1) + one ulp of p.
+// Routing check of REFERENCE.md section 2: returns a description of the first token whose
+// choice is not the reference's up to near-ties, or whose weights differ from the reference's by
+// more than near-ties allow; empty when all tokens agree.
+//
+// "One ulp" is taken at the logits, where the GPU and the reference can differ: a logit rounded to
+// the dtype can land one ulp apart when the fp32 dot products sum in another order (with fp32
+// logits the difference is far smaller; the same bound is used). One ulp u of a logit moves a
+// score s by at most tol(s) = s * (exp(2u) - 1) + ulp(s) for softmax (the logit and the
+// normaliser both move), and by (1 - s) * s * (exp(2u) - 1) + ulp(s) for sigmoid (ds/dl = s(1-s));
+// u = ulp(max |logit|) of the token (bf16 logits near 4 have ulp 2^-5: softmax probs move by 6%).
+// A bias does not move (it is the same on both sides), so a selection value v = s + b moves by
+// tol(s) too.
+//
+// A different chosen set is accepted when some scores within their tol would make the GPU's set
+// the exact choice:
+//   - its ids are distinct and in range, and lie in at most topk_group groups;
+//   - groups: the GPU's groups plus the best (by reference group score) other groups whose
+//     experts are all below the chosen ones (within tol) make topk_group kept groups, and no
+//     dropped group beats a kept one by more than both groups' tol (a group's tol is the largest
+//     tol of its experts, twice that for the sum of the top 2);
+//   - experts: no unchosen expert of the kept groups beats a chosen one by more than tol(chosen)
+//     + tol(unchosen).
+// Without groups this is the rule "the k-th and (k+1)-th selection values are within tol".
+// Weights are compared only when the sets agree: within tol of the scores carried through the
+// renormalisation and the scaling, plus one ulp of the weight when those round again.
 std::string check_routing(const MoeConfig& config, const Routing& ref,
                           std::span<const std::int32_t> ids, std::span<const float> weights);
 

@@ -11,13 +11,35 @@ enum class DType { kF16, kBF16 };
 const char* to_string(DType dtype);      // "fp16", "bf16"
 DType parse_dtype(const std::string& s);  // "fp16"|"f16"|"half", "bf16"|"bfloat16"; throws Error
 
-// Routing knobs. The defaults are the reference's: softmax over all experts, plain top-k (ties
-// toward the lower expert index), no renormalisation, no scaling.
+// Routing knobs (REFERENCE.md section 4). The defaults are the reference's: softmax over all
+// experts, plain top-k (ties toward the lower expert index), no renormalisation, no scaling, logits
+// rounded to the activation dtype. Per token:
+//   logits l (fp32 dot products; rounded to the dtype unless logits_fp32);
+//   scores s = dtype(softmax(l)) over all E, or s = dtype(sigmoid(l));
+//   selection values v = s + router_bias (fp32) when correction_bias, else s;
+//   n_group > 1: experts form n_group groups of E / n_group consecutive experts; a group scores the
+//     max of its v (kMax) or the sum of its two largest v (kSumTop2); only the experts of the
+//     topk_group best groups (ties toward the lower group index) can be chosen;
+//   top-k by v (ties toward the lower expert index);
+//   weights = the chosen experts' s (never the biased v), divided by their fp32 sum when
+//     renormalize, times routed_scaling_factor, rounded to the dtype.
+// Models: DeepSeek-V3 = sigmoid, correction_bias, 8 groups keep 4 by kSumTop2, renormalize, 2.5;
+// DeepSeek-V2 = softmax, 8 groups keep 3 by kMax, 16; Qwen3-MoE and Mixtral = softmax,
+// logits_fp32, renormalize.
 struct RoutingConfig {
   enum class Score { kSoftmax, kSigmoid };
+  enum class GroupScore { kMax, kSumTop2 };
   Score score = Score::kSoftmax;
+  bool correction_bias = false;  // MoeWeights::router_bias (fp32 [E]) biases the selection only
+  int n_group = 1;               // 1: no group-limited selection
+  int topk_group = 1;            // groups kept, in [1, n_group]
+  GroupScore group_score = GroupScore::kMax;
   bool renormalize = false;
   float routed_scaling_factor = 1.0f;
+  bool logits_fp32 = false;  // keep the router's fp32 logits instead of rounding them to the dtype
+
+  // "softmax top-k" / "sigmoid+bias groups 4/8 (sum-top2) renorm x2.5 fp32-logits".
+  std::string describe() const;
 };
 
 struct MoeConfig {

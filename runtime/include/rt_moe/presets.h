@@ -4,12 +4,17 @@
 //   {"name": "deepseek-v3", "description": "...",
 //    "d_hidden": 7168, "d_expert": 2048, "n_routed_experts": 256, "n_shared_experts": 1,
 //    "top_k": 8, "dtype": "bf16", "max_tokens": 16384,
-//    "routing": {"score": "softmax", "renormalize": false, "routed_scaling_factor": 1.0}}
+//    "routing": {"score": "sigmoid", "correction_bias": true, "n_group": 8, "topk_group": 4,
+//                "group_score": "sum_top2", "renormalize": true, "routed_scaling_factor": 2.5,
+//                "logits_fp32": false}}
 //
 // The five sizes are required; name (default: the file's stem), description, dtype (bf16),
-// max_tokens (16384) and routing (the reference default) are optional. An unknown key, a value of
-// the wrong type or out of range, malformed JSON or a missing file throw Error(kInvalidArgument)
-// naming the key (or the file) and the bad value.
+// max_tokens (16384) and routing are optional, and so is every key of routing (RoutingConfig,
+// config.h; its defaults are the reference's): score "softmax" | "sigmoid"; correction_bias
+// (false); n_group (1) and topk_group (1); group_score "max" | "sum_top2" ("max"); renormalize
+// (false); routed_scaling_factor (1.0, in (0, 1e6]); logits_fp32 (false). An unknown key, a value
+// of the wrong type or out of range, malformed JSON or a missing file throw
+// Error(kInvalidArgument) naming the key (or the file) and the bad value.
 #pragma once
 
 #include <cstdint>

@@ -21,9 +21,9 @@ struct CUstream_st;  // cudaStream_t and CUstream are both CUstream_st*
 namespace rt_moe {
 
 // Device pointers in the layouts of ../shared/REFERENCE.md section 1 (nn.Linear: [out, in], K
-// contiguous), all of the config's dtype, each 16-byte aligned. The runtime reads them in place:
-// `prepare` builds only a small table of per-expert pointers, so the weights must stay alive and
-// unchanged while the runtime uses them.
+// contiguous), all of the config's dtype except router_bias, each 16-byte aligned. The runtime
+// reads them in place: `prepare` builds only a small table of per-expert pointers, so the weights
+// must stay alive and unchanged while the runtime uses them.
 struct MoeWeights {
   const void* router = nullptr;       // [E, H]
   const void* gate = nullptr;         // [E, I, H]
@@ -32,11 +32,25 @@ struct MoeWeights {
   const void* shared_gate = nullptr;  // [S*I, H], when S > 0
   const void* shared_up = nullptr;    // [S*I, H]
   const void* shared_down = nullptr;  // [H, S*I]
+  // [E] fp32, when config.routing.correction_bias (DeepSeek-V3's e_score_correction_bias): added
+  // to the scores to choose the experts, never to their weights. Ignored otherwise.
+  const float* router_bias = nullptr;
 };
 
 struct RuntimeOptions {
   int device = 0;    // CUDA device ordinal
   std::string arch;  // compile target; empty: the device's exact arch
+  // How a bucket's GEMM tile is chosen:
+  //   kStored:    the tuning store's choice for this GPU and shape when there is one, else the
+  //               heuristic default (the default; never measures anything);
+  //   kHeuristic: always the heuristic default;
+  //   kTune:      as kStored, but a bucket with no stored choice is tuned the first time it is
+  //               used: every valid tile candidate is timed (that forward or reserve() then
+  //               synchronizes), the fastest kept and recorded in the tuning store next to the
+  //               kernel cache, which later processes reuse without tuning.
+  // RT_MOE_TUNE=1 in the environment turns kStored into kTune.
+  enum class Tuning { kStored, kHeuristic, kTune };
+  Tuning tuning = Tuning::kStored;
 };
 
 class MoeRuntime {

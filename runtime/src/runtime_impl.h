@@ -1,0 +1,64 @@
+// The inside of MoeRuntime: plans per bucket, the workspace, the launch sequence of one forward,
+// and tuning. runtime.cpp holds the public methods; tuner.cpp the tuning.
+#pragma once
+
+#include <climits>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+
+#include "driver.h"
+#include "kernels.h"
+#include "plan.h"
+#include "rt_moe/runtime.h"
+#include "specs.h"
+#include "tuning_store.h"
+
+namespace rt_moe {
+
+struct MoeRuntime::Impl {
+  MoeConfig config;
+  RuntimeOptions::Tuning tuning = RuntimeOptions::Tuning::kStored;
+  driver::PrimaryContext context;
+  driver::DeviceInfo device;
+  std::unique_ptr<KernelCache> kernels;
+  std::unique_ptr<cache::TuningStore> store;  // the tuning store, opened on first use
+  driver::DeviceBuffer experts;               // ExpertWeights[E + S]
+  const void* router = nullptr;
+  const float* router_bias = nullptr;  // [E] fp32, when config.routing.correction_bias
+  bool prepared = false;
+  driver::DeviceBuffer workspace;
+  std::mutex mutex;                          // guards plans, workspace growth and tuning
+  std::map<std::int64_t, LaunchPlan> plans;  // by group_sum_max
+  const LaunchPlan* last_plan = nullptr;
+  std::int64_t last_tokens = 0;
+
+  // Largest T such that every 32-bit index (pairs, sorted rows) stays in range.
+  std::int64_t max_tokens() const {
+    const std::int64_t slots = config.top_k + config.n_shared_experts;
+    const std::int64_t experts = config.n_routed_experts + config.n_shared_experts;
+    return (INT_MAX - experts * 256) / slots / 2;
+  }
+
+  // The plan of the bucket serving `tokens`: built on first use (tuned first when tuning is on,
+  // or taken from the tuning store). Throws when it must be built during stream capture.
+  const LaunchPlan& plan_for(std::int64_t tokens, CUstream capture_check);
+
+  // Compiles (in parallel, through the cache) and loads every kernel of `tile` for `bucket`.
+  LaunchPlan build_plan(const Bucket& bucket, const GemmTile& tile);
+  // Grows the workspace to at least `bytes` (synchronizing the context: forwards in flight may
+  // use the old one).
+  void ensure_workspace(std::size_t bytes);
+  // Enqueues one forward of `plan` on `stream`.
+  void enqueue(const LaunchPlan& plan, const void* x, void* out, int tokens, CUstream stream);
+
+  // tuner.cpp: the tile for `bucket`: the stored choice, or (when tuning) the fastest candidate
+  // measured now, or the heuristic default.
+  GemmTile choose_tile(const Bucket& bucket);
+  cache::TuningStore& tuning_store();
+  std::string tuning_problem(const Bucket& bucket) const;
+  GemmTile tune_bucket(const Bucket& bucket, const std::vector<GemmTile>& candidates);
+};
+
+}  // namespace rt_moe
