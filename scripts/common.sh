@@ -25,6 +25,13 @@ rt_moe_install_packages() {
   if ((${#missing[@]} == 0)); then
     return 0
   fi
+  # A machine that received a finished build/ (a GPU host without Debian's packages or a
+  # registry) runs it as it is: the binaries need none of these packages.
+  if [[ -x "$RT_MOE_ROOT/build/tools/rt_moe_bench" && -f "$RT_MOE_ROOT/build/build.ninja" ]]; then
+    rt_moe_log "packages missing (${missing[*]}), but build/ holds a finished build: using it"
+    RT_MOE_PREBUILT=1
+    return 0
+  fi
   if [[ "$(id -u)" != 0 ]]; then
     rt_moe_log "missing Debian packages: ${missing[*]}"
     rt_moe_log "install them with: sudo apt-get install --no-install-recommends ${missing[*]}"
@@ -56,6 +63,9 @@ rt_moe_check_cuda() {
 # Configures (preset "release", build dir build/) and builds with every core.
 rt_moe_build() {
   cd "$RT_MOE_ROOT" || exit 1
+  if [[ "${RT_MOE_PREBUILT:-0}" == 1 ]]; then
+    return 0
+  fi
   cmake --preset release
   cmake --build --preset release --parallel "$(nproc)"
 }

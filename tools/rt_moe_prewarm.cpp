@@ -26,6 +26,9 @@
 #include "driver.h"
 #include "kernels.h"
 #include "specs.h"
+#include "gpu_harness.h"
+#include "reference.h"
+#include "rt_moe/runtime.h"
 #include "tool_common.h"
 
 namespace rt_moe::tools {
@@ -121,6 +124,35 @@ std::vector<KernelSpec> prewarm_specs(const MoeConfig& config, std::int64_t max_
   return specs;
 }
 
+// With a GPU: tunes every bucket on random weights at the reference generator's scales (the
+// routing they give is close to uniform, which is what the tile choice depends on), so the tuning
+// store holds a choice for each bucket before the server starts. Without a GPU: says so.
+void tune_on_gpu(const MoeConfig& config, std::int64_t max_tokens, const std::string& arch) {
+  std::string why;
+  if (!driver::available(&why)) {
+    std::fprintf(stderr,
+                 "prewarm: --tune: no GPU (%s): compiled every candidate; the timing runs on first "
+                 "use with RT_MOE_TUNE=1\n",
+                 why.c_str());
+    return;
+  }
+  const auto start = std::chrono::steady_clock::now();
+  test::use_primary_context();
+  const test::DeviceWeights weights = test::upload(test::random_weights(config, 20240601));
+  RuntimeOptions options;
+  options.arch = arch;
+  options.tuning = RuntimeOptions::Tuning::kTune;
+  MoeRuntime moe(config, options);
+  moe.prepare(weights.view());
+  moe.reserve(max_tokens);  // tunes every bucket without a stored choice
+  for (const Bucket& bucket : bucket_ladder(config, max_tokens)) {
+    std::fprintf(stderr, "prewarm: tuned %s\n", moe.describe(bucket.max_tokens).c_str());
+  }
+  std::fprintf(stderr, "prewarm: tuning on %s took %.1f s\n",
+               driver::device_info(0).name.c_str(),
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+}
+
 int prewarm(const Options& options) {
   // Before anything reads the environment: the cache and the logger read it once, on first use.
   if (!options.cache_dir.empty() && setenv("RT_MOE_CACHE_DIR", options.cache_dir.c_str(), 1) != 0) {
@@ -177,6 +209,8 @@ int prewarm(const Options& options) {
   for (std::thread& thread : threads) thread.join();
   if (first_error) std::rethrow_exception(first_error);
 
+  if (options.tune) tune_on_gpu(config, max_tokens, arch);
+
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::printf("prewarm: %zu kernels, %zu cache hits, %zu compiled, %.1f s\n", specs.size(),
@@ -206,7 +240,7 @@ int main(int argc, char** argv) {
   app.add_option("--cache-dir", options.cache_dir,
                  "Kernel cache directory (sets RT_MOE_CACHE_DIR; default: the environment's)");
   app.add_flag("--tune", options.tune,
-               "Also compile every tile candidate the tuner times, so that tuning at run time "
-               "(RT_MOE_TUNE=1, on the GPU with the real weights) compiles nothing");
+               "Also compile every tile candidate of the tuner; with a GPU, tune every bucket "
+               "(random weights) into the tuning store that later processes reuse");
   return run_tool(app, argc, argv, [&] { return prewarm(options); });
 }

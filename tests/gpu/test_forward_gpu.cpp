@@ -150,3 +150,59 @@ TEST_CASE("bad arguments give clear errors", "[forward]") {
 }
 
 }  // namespace rt_moe::test
+
+namespace rt_moe::test {
+
+TEST_CASE("race and gpumode functional shapes (T = 8192)", "[forward]") {
+  {
+    Fixture race1(make_config(7168, 2048, 8, 0, 4, DType::kBF16), 91);
+    race1.check(8192, 900, "race functional 1");
+  }
+  {
+    Fixture race2(make_config(3584, 1024, 4, 0, 2, DType::kF16), 92);
+    race2.check(8192, 901, "race functional 2 (fp16)");
+  }
+  Fixture gpumode3(make_config(7168, 2048, 8, 1, 4, DType::kBF16), 93);
+  gpumode3.check(8192, 902, "gpumode test 3");
+}
+
+TEST_CASE("NaN or Inf in one token's input stays in that token's output row", "[forward]") {
+  Fixture f(make_config(1024, 256, 16, 1, 4, DType::kBF16), 101);
+  for (std::int64_t tokens : {64, 300}) {  // the GEMV router, then the tensor-core router
+    std::vector<std::uint16_t> x = random_activations(f.config, tokens, 1100 + tokens);
+    driver::DeviceBuffer x_dev = upload(x), out_dev(tokens * 1024 * 2);
+    ForwardRun clean = run_forward(f.moe, x_dev, out_dev, tokens, f.stream.get());
+    const std::int64_t nan_token = 5, inf_token = tokens - 2;
+    x[nan_token * 1024 + 17] = 0x7FC0;   // bf16 quiet NaN
+    x[inf_token * 1024 + 700] = 0x7F80;  // bf16 +Inf
+    x_dev.upload(x.data(), x.size() * 2);
+    ForwardRun dirty = run_forward(f.moe, x_dev, out_dev, tokens, f.stream.get());
+    std::int64_t changed_rows = 0;
+    for (std::int64_t t = 0; t < tokens; ++t) {
+      const auto row = [t](const ForwardRun& r) {
+        return std::vector<std::uint16_t>(r.out.begin() + t * 1024, r.out.begin() + (t + 1) * 1024);
+      };
+      if (t == nan_token || t == inf_token) {
+        std::vector<std::uint16_t> bad = row(dirty);
+        const bool non_finite = std::any_of(bad.begin(), bad.end(), [](std::uint16_t b) {
+          return (b & 0x7F80) == 0x7F80;  // bf16 Inf or NaN
+        });
+        INFO("token " << t << " T=" << tokens);
+        CHECK(non_finite);
+      } else if (row(dirty) != row(clean)) {
+        ++changed_rows;
+      }
+    }
+    INFO("T=" << tokens);
+    CHECK(changed_rows == 0);  // every other token bit for bit as without the bad inputs
+    // The bad tokens still route to k distinct, valid experts.
+    for (std::int64_t t : {nan_token, inf_token}) {
+      std::set<int> ids(dirty.ids.begin() + t * 4, dirty.ids.begin() + (t + 1) * 4);
+      CHECK(ids.size() == 4);
+      CHECK(*ids.begin() >= 0);
+      CHECK(*ids.rbegin() < 16);
+    }
+  }
+}
+
+}  // namespace rt_moe::test
