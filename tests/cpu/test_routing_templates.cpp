@@ -1,0 +1,104 @@
+// The routing kernels compile for sm_90a with NVRTC for every preset's routing and the routing
+// variants of REFERENCE.md section 4, and their instances spell every knob. No GPU needed.
+#include <catch2/catch.hpp>
+
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "compiler.h"
+#include "kernels.h"
+#include "rt_moe/presets.h"
+#include "specs.h"
+
+namespace rt_moe {
+namespace {
+
+bool is_elf(const std::string& bytes) {
+  return bytes.size() > 4 && bytes.compare(0, 4,
+                                           "\x7f"
+                                           "ELF") == 0;
+}
+
+std::string compile_for_sm90a(const KernelSpec& spec) {
+  nvrtc::Request request;
+  request.name = spec.name();
+  request.source = spec.source();
+  request.arch = "sm_90a";
+  request.name_expressions = {std::string("&") + kMetaName};
+  return nvrtc::compile(request).cubin;
+}
+
+// DeepSeek-V2's routing (softmax, 8 groups keep 3 by max, x16) on a small shape, in fp16.
+MoeConfig deepseek_v2_style() {
+  MoeConfig c{.d_hidden = 1032,
+              .d_expert = 200,
+              .n_routed_experts = 64,
+              .n_shared_experts = 1,
+              .top_k = 6,
+              .dtype = DType::kF16};
+  c.routing.n_group = 8;
+  c.routing.topk_group = 3;
+  c.routing.group_score = RoutingConfig::GroupScore::kMax;
+  c.routing.routed_scaling_factor = 16.0f;
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("routing: Topk and the router kernels compile for sm_90a for every preset's routing",
+          "[nvrtc]") {
+  std::vector<std::pair<std::string, MoeConfig>> configs;
+  for (const std::string& name : preset_names()) configs.emplace_back(name, preset(name).moe);
+  configs.emplace_back("deepseek-v2-style fp16", deepseek_v2_style());
+  for (const auto& [name, c] : configs) {
+    INFO(name << ": " << c.routing.describe());
+    // The CUDA-core router (decode), the tensor-core router (prefill), and top-k.
+    for (const KernelSpec& spec :
+         {router_spec(c, router_tile(c, 1)), router_spec(c, router_tile(c, 4096)), topk_spec(c)}) {
+      INFO(spec.name());
+      CHECK(is_elf(compile_for_sm90a(spec)));
+    }
+  }
+}
+
+TEST_CASE("routing: the Topk instance spells every knob, and equivalent configs share one",
+          "[nvrtc]") {
+  const MoeConfig v3 = preset("deepseek-v3").moe;
+  CHECK(topk_spec(v3).name() ==
+        "rt_moe::Topk<rt_moe::BF16, 256, 8, rt_moe::kScoreSigmoid, true, 8, 4, "
+        "rt_moe::kGroupSumTop2, true, 4>");
+  const MoeConfig qwen = preset("qwen3-30b-a3b").moe;
+  CHECK(topk_spec(qwen).name() ==
+        "rt_moe::Topk<rt_moe::BF16, 128, 8, rt_moe::kScoreSoftmax, false, 1, 1, "
+        "rt_moe::kGroupMax, true, 4>");
+  // fp32 logits: the CUDA-core router's ROUND_LOGITS is false (the tensor-core one takes
+  // GemmParams::round_logits at run time).
+  CHECK(router_spec(qwen, router_tile(qwen, 1)).name().ends_with(", false>"));
+  CHECK(router_spec(v3, router_tile(v3, 1)).name().ends_with(", true>"));
+
+  // Each knob changes the instance...
+  std::set<std::string> names;
+  auto add = [&](auto change) {
+    MoeConfig c = v3;
+    change(c.routing);
+    c.validate();
+    names.insert(topk_spec(c).source());
+  };
+  add([](RoutingConfig&) {});
+  add([](RoutingConfig& r) { r.score = RoutingConfig::Score::kSoftmax; });
+  add([](RoutingConfig& r) { r.correction_bias = false; });
+  add([](RoutingConfig& r) { r.n_group = 4; });
+  add([](RoutingConfig& r) { r.topk_group = 2; });
+  add([](RoutingConfig& r) { r.group_score = RoutingConfig::GroupScore::kMax; });
+  add([](RoutingConfig& r) { r.renormalize = false; });
+  CHECK(names.size() == 7);
+  // ...but a run-time scale does not, nor do group knobs that mean nothing without groups.
+  MoeConfig a = qwen, b = qwen;
+  b.routing.routed_scaling_factor = 2.5f;
+  b.routing.group_score = RoutingConfig::GroupScore::kSumTop2;
+  CHECK(topk_spec(a).source() == topk_spec(b).source());
+}
+
+}  // namespace rt_moe
