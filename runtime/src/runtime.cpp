@@ -96,14 +96,13 @@ void MoeRuntime::Impl::ensure_workspace(std::size_t bytes) {
   log().debug("workspace grown to {:.1f} MiB", bytes / 1048576.0);
 }
 
-void MoeRuntime::Impl::enqueue(const LaunchPlan& plan, const void* x, void* out, int T,
-                               CUstream stream) {
+void MoeRuntime::Impl::enqueue_routing(const LaunchPlan& plan, const void* x, int T,
+                                       CUstream stream) {
   const MoeConfig& c = config;
   const WorkspaceLayout& l = plan.layout;
   const CUdeviceptr ws = workspace.get();
   auto ptr = [ws](std::size_t offset) { return reinterpret_cast<void*>(ws + offset); };
-  const std::int64_t E = c.n_routed_experts, S = c.n_shared_experts, k = c.top_k;
-  const std::int64_t slots = k + S;
+  const std::int64_t E = c.n_routed_experts;
 
   RT_MOE_CALL(cuMemsetD32Async, ws + l.counts, 0, std::size_t(E), stream);
 
@@ -132,7 +131,17 @@ void MoeRuntime::Impl::enqueue(const LaunchPlan& plan, const void* x, void* out,
   topk.tokens = T;
   topk.routed_scaling_factor = c.routing.routed_scaling_factor;
   launch(*plan.topk, {ceil_div(T, kTopkWarps)}, topk, stream);
+}
 
+void MoeRuntime::Impl::enqueue(const LaunchPlan& plan, const void* x, void* out, int T,
+                               CUstream stream) {
+  const MoeConfig& c = config;
+  const WorkspaceLayout& l = plan.layout;
+  const CUdeviceptr ws = workspace.get();
+  auto ptr = [ws](std::size_t offset) { return reinterpret_cast<void*>(ws + offset); };
+  const std::int64_t slots = c.top_k + c.n_shared_experts;
+
+  enqueue_routing(plan, x, T, stream);
   const std::int64_t blocks = max_row_blocks(c, T, plan.tile.block_m);
   OffsetsParams offsets{static_cast<const int*>(ptr(l.counts)), static_cast<int*>(ptr(l.fill)),
                         static_cast<int*>(ptr(l.padded_offsets)),
@@ -264,6 +273,24 @@ void MoeRuntime::forward(const void* x, void* out, std::int64_t tokens, CUstream
   driver::ScopedContext scope(m.context.get());
   const LaunchPlan& plan = m.plan_for(tokens, stream);
   m.enqueue(plan, x, out, int(tokens), stream);
+  m.last_plan = &plan;
+  m.last_tokens = tokens;
+}
+
+void MoeRuntime::route(const void* x, std::int64_t tokens, CUstream_st* stream) {
+  Impl& m = *impl_;
+  if (tokens < 0 || tokens > m.max_tokens()) {
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("route: tokens = {} must be in [0, {}]", tokens, m.max_tokens()));
+  }
+  if (tokens == 0) return;
+  if (!m.prepared) {
+    throw Error(ErrorCode::kInvalidArgument, "route before prepare(): no weights are set");
+  }
+  check_pointer(x, "x");
+  driver::ScopedContext scope(m.context.get());
+  const LaunchPlan& plan = m.plan_for(tokens, stream);
+  m.enqueue_routing(plan, x, int(tokens), stream);
   m.last_plan = &plan;
   m.last_tokens = tokens;
 }

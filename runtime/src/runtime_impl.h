@@ -50,6 +50,8 @@ struct MoeRuntime::Impl {
   // Grows the workspace to at least `bytes` (synchronizing the context: forwards in flight may
   // use the old one).
   void ensure_workspace(std::size_t bytes);
+  // Enqueues the routing stages (gating GEMM, scores, top-k, expert counts) of `plan`.
+  void enqueue_routing(const LaunchPlan& plan, const void* x, int tokens, CUstream stream);
   // Enqueues one forward of `plan` on `stream`.
   void enqueue(const LaunchPlan& plan, const void* x, void* out, int tokens, CUstream stream);
 

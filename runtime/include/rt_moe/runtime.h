@@ -71,6 +71,11 @@ class MoeRuntime {
   // allocation once the bucket was reserved or seen. Throws Error for bad arguments.
   void forward(const void* x, void* out, std::int64_t tokens, CUstream_st* stream);
 
+  // The routing stages alone (gating GEMM, scores, top-k) for `tokens` tokens, into the
+  // runtime's workspace: read the decisions with last_routing(). Stream-ordered like forward();
+  // for expert-load statistics, debugging and timing the routing.
+  void route(const void* x, std::int64_t tokens, CUstream_st* stream);
+
   // Device pointers to the routing decisions of the last forward ([T, k] expert ids and weights),
   // valid until the next forward. For tests and debugging.
   struct RoutingView {
