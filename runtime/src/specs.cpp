@@ -43,9 +43,11 @@ int tile_smem_bytes(const GemmTile& t) {
 std::vector<GemmTile> candidate_tiles(const MoeConfig& c, long long max_tokens,
                                       const std::string& arch, int max_smem) {
   const GemmTile heuristic = default_tile(c, max_tokens, arch);
+  // Decode tiles trade width for depth: narrower B tiles make more, more even blocks for 132 SMs,
+  // more stages keep more weight bytes in flight per block.
   std::vector<GemmTile> space = {
-      {16, 128, 64, 1, 4, 4, 80}, {32, 128, 64, 2, 2, 4, 80},  {64, 128, 64, 2, 2, 4, 80},
-      {128, 128, 64, 2, 4, 3, 80},
+      {16, 128, 64, 1, 4, 4, 80}, {16, 128, 64, 1, 4, 6, 80}, {16, 64, 64, 1, 4, 8, 80},
+      {32, 128, 64, 2, 2, 4, 80}, {64, 128, 64, 2, 2, 4, 80}, {128, 128, 64, 2, 4, 3, 80},
   };
   if (has_wgmma(arch)) {
     // warps_m x warps_n count warpgroups here.
