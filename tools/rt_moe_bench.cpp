@@ -1,6 +1,7 @@
 // rt_moe_bench: times the MoE forward on the GPU against a floor measured in the same run.
 //
 //   rt_moe_bench --preset deepseek-v3 [--tokens 1,64,4096] [--check] [--json out.json]
+//                [--plot out.png]
 //
 // Per token count T, after warm-up forwards apart from timing, `iters` forwards are timed with
 // device events right around forward(), each after an L2 flush; the median is reported.
@@ -31,6 +32,7 @@
 #include "driver.h"
 #include "gpu_harness.h"
 #include "kernels.h"
+#include "plot.h"
 #include "reference.h"
 #include "rt_moe/runtime.h"
 #include "specs.h"
@@ -353,12 +355,16 @@ int bench(const Options& options) {
   MoeConfig config = model.moe;
   if (!options.dtype.empty()) config.dtype = parse_dtype(options.dtype);
   config.validate();
-  if (!options.plot_file.empty()) throw UsageError("--plot is not implemented yet");
   // Opened now, so an unwritable path fails before minutes of work, not after.
   std::ofstream json_out;
   if (!options.json_file.empty()) {
     json_out.open(options.json_file);
     if (!json_out) throw UsageError(fmt::format("--json: cannot write '{}'", options.json_file));
+  }
+  std::ofstream plot_out;
+  if (!options.plot_file.empty()) {
+    plot_out.open(options.plot_file, std::ios::binary);
+    if (!plot_out) throw UsageError(fmt::format("--plot: cannot write '{}'", options.plot_file));
   }
   std::vector<std::int64_t> token_counts = options.tokens;
   if (token_counts.empty()) {
@@ -519,6 +525,18 @@ int bench(const Options& options) {
     json_out.close();
     if (!json_out) throw Error(ErrorCode::kIo, fmt::format("cannot write '{}'", options.json_file));
   }
+  if (!options.plot_file.empty()) {
+    std::vector<PlotPoint> points;
+    for (const TokenResult& r : results) {
+      points.push_back({r.tokens, r.ms, r.floor_ms, r.graph_ms});
+    }
+    const std::string title = fmt::format("{}, {}, {}: forward time vs floor", model.name,
+                                          to_string(config.dtype), device.name);
+    plot_time_vs_floor(points, title, plot_out, options.plot_file);
+    plot_out.close();
+    if (!plot_out) throw Error(ErrorCode::kIo, fmt::format("cannot write '{}'", options.plot_file));
+    std::printf("plot: %s\n", options.plot_file.c_str());
+  }
   return all_pass ? kExitOk : kExitFailure;
 }
 
@@ -547,7 +565,9 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 100000));
   app.add_flag("!--no-compile-timing", options.compile_timing,
                "Skip timing the cold compile and warm cache load");
-  app.add_option("--plot", options.plot_file, "Plot to a PNG file (not implemented yet)");
+  app.add_option("--plot", options.plot_file,
+                 "Draw the median time (and the CUDA-graph time) against the floor over the token "
+                 "counts, as a PNG file");
   app.add_flag("--tune", options.tune,
                "Also tune each token count's bucket (or reuse the tuning store) and print the "
                "heuristic and tuned times");

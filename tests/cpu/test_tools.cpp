@@ -191,12 +191,14 @@ TEST_CASE("tools: rt_moe_bench without a GPU exits 1 and says so, bad flags exit
   CHECK(unknown.exit_code == 2);
   ToolRun bad_tokens = run_tool("rt_moe_bench", "--preset tiny --tokens 1,x");
   CHECK(bad_tokens.exit_code == 2);
-  ToolRun plot = run_tool("rt_moe_bench", "--preset tiny --plot out.png");
-  CHECK(plot.exit_code == 2);
-  CHECK(plot.output.find("not implemented") != std::string::npos);
   ToolRun json = run_tool("rt_moe_bench", "--preset tiny --json /nonexistent/rt_moe/out.json");
   CHECK(json.exit_code == 2);
   CHECK(json.output.find("/nonexistent/rt_moe/out.json") != std::string::npos);
+  // An unwritable --plot path fails at once, like --json, before looking for a GPU.
+  ToolRun plot = run_tool("rt_moe_bench", "--preset tiny --plot /nonexistent/rt_moe/out.png");
+  CHECK(plot.exit_code == 2);
+  CHECK(plot.output.find("--plot") != std::string::npos);
+  CHECK(plot.output.find("/nonexistent/rt_moe/out.png") != std::string::npos);
   if (driver::available()) {
     WARN("a GPU is present: the no-GPU path of rt_moe_bench is not checked");
     return;
@@ -204,6 +206,13 @@ TEST_CASE("tools: rt_moe_bench without a GPU exits 1 and says so, bad flags exit
   ToolRun run = run_tool("rt_moe_bench", "--preset tiny --tokens 1");
   CHECK(run.exit_code == 1);
   CHECK(run.output.find("no usable GPU") != std::string::npos);
+  // A writable --plot path is accepted; without a GPU the bench stops before plotting.
+  TempDir dir;
+  const fs::path png = dir.path() / "plot.png";
+  ToolRun plotted = run_tool("rt_moe_bench", "--preset tiny --tokens 1 --plot " + png.string());
+  CHECK(plotted.exit_code == 1);
+  CHECK(plotted.output.find("no usable GPU") != std::string::npos);
+  CHECK(plotted.output.find("not implemented") == std::string::npos);
 }
 
 TEST_CASE("tools: the benchmark's read kernel (bench.cuh) compiles for sm_90a", "[tools][nvrtc]") {
