@@ -201,6 +201,7 @@ struct TokenResult {
   std::int64_t tokens = 0;
   std::string plan;
   double graph_ms = 0;     // median of the forward captured once in a CUDA graph and replayed
+  double route_ms = 0;     // median of the routing stages alone (MoeRuntime::route)
   double tuned_ms = 0;     // with --tune: a tuning runtime's median (0: not measured)
   std::string tuned_plan;
   double first_forward_s = 0;  // host wall time of the first forward (bucket load/compile)
@@ -292,6 +293,23 @@ TokenResult bench_tokens(MoeRuntime& moe, const test::HostWeights* weights, std:
   r.ms_min = *std::min_element(ms.begin(), ms.end());
   r.ms_max = *std::max_element(ms.begin(), ms.end());
   r.graph_ms = time_graph_ms(moe, x_dev, out_dev, tokens, options, flush, stream);
+  {
+    std::vector<driver::Event> route_starts, route_stops;
+    for (int i = 0; i < options.iters; ++i) {
+      flush(stream);
+      route_starts.push_back(driver::create_event());
+      route_stops.push_back(driver::create_event());
+      RT_MOE_CALL(cuEventRecord, route_starts.back().get(), stream);
+      moe.route(x_dev.as<const void>(), tokens, stream);
+      RT_MOE_CALL(cuEventRecord, route_stops.back().get(), stream);
+    }
+    RT_MOE_CALL(cuStreamSynchronize, stream);
+    std::vector<double> route_ms;
+    for (int i = 0; i < options.iters; ++i) {
+      route_ms.push_back(driver::elapsed_ms(route_starts[i].get(), route_stops[i].get()));
+    }
+    r.route_ms = median(route_ms);
+  }
 
   const double T = double(tokens), H = double(c.d_hidden), I = double(c.d_expert);
   const double E = double(c.n_routed_experts), S = double(c.n_shared_experts);
@@ -324,6 +342,7 @@ json result_json(const TokenResult& r) {
             {"first_forward_s", r.first_forward_s},
             {"ms_median", r.ms},
             {"graph_ms_median", r.graph_ms},
+            {"route_ms_median", r.route_ms},
             {"tuned_ms_median", r.tuned_ms},
             {"tuned_plan", r.tuned_plan},
             {"ms_min", r.ms_min},
@@ -396,7 +415,7 @@ int bench(const Options& options) {
               arch.c_str(), device.sm_count, device.driver_version, nvrtc_version.c_str(),
               RT_MOE_GIT_COMMIT);
   std::printf("model: %s: %s, routing %s\n", model.name.c_str(), config.describe().c_str(),
-              config.routing.score == RoutingConfig::Score::kSoftmax ? "softmax" : "sigmoid");
+              config.routing.describe().c_str());
   std::fflush(stdout);
 
   // Ceilings first, while the device memory is free.
@@ -477,13 +496,13 @@ int bench(const Options& options) {
   }
 
   bool all_pass = true;
-  std::printf("\n%8s %10s %10s %9s %9s %10s %11s %10s  %s\n", "T", "ms", "graph ms", "TFLOP/s",
-              "GB/s", "floor ms", "time/floor", "tuned ms", "check");
+  std::printf("\n%8s %10s %10s %9s %9s %10s %11s %10s %9s  %s\n", "T", "ms", "graph ms",
+              "TFLOP/s", "GB/s", "floor ms", "time/floor", "tuned ms", "route ms", "check");
   for (const TokenResult& r : results) {
     const std::string tuned = r.tuned_ms > 0 ? fmt::format("{:.4f}", r.tuned_ms) : "-";
-    std::printf("%8lld %10.4f %10.4f %9.1f %9.0f %10.4f %11.2f %10s  %s\n", (long long)r.tokens,
-                r.ms, r.graph_ms, r.tflops, r.gbps, r.floor_ms, r.over_floor, tuned.c_str(),
-                check_cell(r).c_str());
+    std::printf("%8lld %10.4f %10.4f %9.1f %9.0f %10.4f %11.2f %10s %9.4f  %s\n",
+                (long long)r.tokens, r.ms, r.graph_ms, r.tflops, r.gbps, r.floor_ms, r.over_floor,
+                tuned.c_str(), r.route_ms, check_cell(r).c_str());
     all_pass = all_pass && (!r.checked || r.check.pass);
   }
 
