@@ -101,7 +101,8 @@ __device__ __forceinline__ float warp_sum(float v) {
 
 __device__ __forceinline__ float warp_max(float v) {
 #pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  for (int offset = 16; offset > 0; offset >>= 1)
+    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
   return v;
 }
 

@@ -173,7 +173,8 @@ struct GroupedGemmSm80 {
 #pragma unroll
         for (int mi = 0; mi < kFragsM; ++mi)
 #pragma unroll
-          for (int ni = 0; ni < kFragsN; ++ni) DTypeOps<D>::mma(acc[mi][ni], a_frag[mi], b_frag[ni]);
+          for (int ni = 0; ni < kFragsN; ++ni)
+            DTypeOps<D>::mma(acc[mi][ni], a_frag[mi], b_frag[ni]);
       }
     }
     cp_async_wait<0>();
@@ -190,10 +191,12 @@ struct GroupedGemmSm80 {
         if (MODE == kGateUp) {
 #pragma unroll
           for (int ni = 0; ni < kFragsN / 2; ++ni) {
-            const int col = blockIdx.y * (BLOCK_N / 2) + warp_n * (kWarpN / 2) + ni * 8 + (lane % 4) * 2;
+            const int col =
+                blockIdx.y * (BLOCK_N / 2) + warp_n * (kWarpN / 2) + ni * 8 + (lane % 4) * 2;
             if (col < I) {
               float g0 = acc[mi][ni][half * 2], g1 = acc[mi][ni][half * 2 + 1];
-              float u0 = acc[mi][ni + kFragsN / 2][half * 2], u1 = acc[mi][ni + kFragsN / 2][half * 2 + 1];
+              float u0 = acc[mi][ni + kFragsN / 2][half * 2],
+                    u1 = acc[mi][ni + kFragsN / 2][half * 2 + 1];
               float h0 = g0 / (1.f + __expf(-g0)) * u0;
               float h1 = g1 / (1.f + __expf(-g1)) * u1;
               out[((long long)row * I + col) / 2] = DTypeOps<D>::pack2(h0, h1);

@@ -53,8 +53,8 @@ struct RouterLogits {
     float acc[TOKENS];
 #pragma unroll
     for (int t = 0; t < TOKENS; ++t) acc[t] = 0.f;
-    // Unrolled so several 16-byte loads are in flight per lane: a lone warp per expert row is
-    // latency-bound otherwise (decode reads the whole router with one wave of warps).
+      // Unrolled so several 16-byte loads are in flight per lane: a lone warp per expert row is
+      // latency-bound otherwise (decode reads the whole router with one wave of warps).
 #pragma unroll 4
     for (int c = lane; c < H / 8; c += 32) {
       float r[8];

@@ -200,9 +200,9 @@ CheckOutcome check_outputs(MoeRuntime& moe, const test::HostWeights& weights,
 struct TokenResult {
   std::int64_t tokens = 0;
   std::string plan;
-  double graph_ms = 0;     // median of the forward captured once in a CUDA graph and replayed
-  double route_ms = 0;     // median of the routing stages alone (MoeRuntime::route)
-  double tuned_ms = 0;     // with --tune: a tuning runtime's median (0: not measured)
+  double graph_ms = 0;  // median of the forward captured once in a CUDA graph and replayed
+  double route_ms = 0;  // median of the routing stages alone (MoeRuntime::route)
+  double tuned_ms = 0;  // with --tune: a tuning runtime's median (0: not measured)
   std::string tuned_plan;
   double first_forward_s = 0;  // host wall time of the first forward (bucket load/compile)
   double ms = 0, ms_min = 0, ms_max = 0;
@@ -484,20 +484,19 @@ int bench(const Options& options) {
     tuned.prepare(weights.view());
     for (TokenResult& r : results) {
       Clock::time_point tune_start = Clock::now();
-      TokenResult t = bench_tokens(tuned, nullptr, r.tokens, options, hbm, gemm, flush,
-                                   stream.get());
+      TokenResult t =
+          bench_tokens(tuned, nullptr, r.tokens, options, hbm, gemm, flush, stream.get());
       r.tuned_ms = t.ms;
       r.tuned_plan = tuned.describe(r.tokens);
       std::printf("T=%lld tuned: %s; first forward (tuning) %.1f s; %.4f ms (heuristic %.4f ms)\n",
-                  (long long)r.tokens, r.tuned_plan.c_str(), seconds_since(tune_start), t.ms,
-                  r.ms);
+                  (long long)r.tokens, r.tuned_plan.c_str(), seconds_since(tune_start), t.ms, r.ms);
       std::fflush(stdout);
     }
   }
 
   bool all_pass = true;
-  std::printf("\n%8s %10s %10s %9s %9s %10s %11s %10s %9s  %s\n", "T", "ms", "graph ms",
-              "TFLOP/s", "GB/s", "floor ms", "time/floor", "tuned ms", "route ms", "check");
+  std::printf("\n%8s %10s %10s %9s %9s %10s %11s %10s %9s  %s\n", "T", "ms", "graph ms", "TFLOP/s",
+              "GB/s", "floor ms", "time/floor", "tuned ms", "route ms", "check");
   for (const TokenResult& r : results) {
     const std::string tuned = r.tuned_ms > 0 ? fmt::format("{:.4f}", r.tuned_ms) : "-";
     std::printf("%8lld %10.4f %10.4f %9.1f %9.0f %10.4f %11.2f %10s %9.4f  %s\n",

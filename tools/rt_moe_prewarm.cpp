@@ -24,11 +24,11 @@
 #include "bucket.h"
 #include "compiler.h"
 #include "driver.h"
-#include "kernels.h"
-#include "specs.h"
 #include "gpu_harness.h"
+#include "kernels.h"
 #include "reference.h"
 #include "rt_moe/runtime.h"
+#include "specs.h"
 #include "tool_common.h"
 
 namespace rt_moe::tools {
@@ -148,8 +148,7 @@ void tune_on_gpu(const MoeConfig& config, std::int64_t max_tokens, const std::st
   for (const Bucket& bucket : bucket_ladder(config, max_tokens)) {
     std::fprintf(stderr, "prewarm: tuned %s\n", moe.describe(bucket.max_tokens).c_str());
   }
-  std::fprintf(stderr, "prewarm: tuning on %s took %.1f s\n",
-               driver::device_info(0).name.c_str(),
+  std::fprintf(stderr, "prewarm: tuning on %s took %.1f s\n", driver::device_info(0).name.c_str(),
                std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
 }
 
@@ -168,7 +167,8 @@ int prewarm(const Options& options) {
   if (!nvrtc::available(&why)) throw Error(ErrorCode::kNoCompiler, why);
 
   std::size_t buckets = 0;
-  const std::vector<KernelSpec> specs = prewarm_specs(config, max_tokens, arch, options.tune, &buckets);
+  const std::vector<KernelSpec> specs =
+      prewarm_specs(config, max_tokens, arch, options.tune, &buckets);
   cache::CubinCache& cache = cubin_cache();
   const int jobs =
       std::max(1, options.jobs > 0 ? options.jobs : int(std::thread::hardware_concurrency()));

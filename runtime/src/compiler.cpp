@@ -18,9 +18,10 @@ namespace rt_moe::nvrtc {
 namespace {
 
 #define RT_MOE_NVRTC_FUNCTIONS(X)                                                            \
-  X(nvrtcVersion) X(nvrtcGetErrorString) X(nvrtcCreateProgram) X(nvrtcDestroyProgram)        \
-  X(nvrtcCompileProgram) X(nvrtcGetProgramLogSize) X(nvrtcGetProgramLog) X(nvrtcGetCUBINSize) \
-  X(nvrtcGetCUBIN) X(nvrtcAddNameExpression) X(nvrtcGetLoweredName)
+  X(nvrtcVersion)                                                                            \
+  X(nvrtcGetErrorString) X(nvrtcCreateProgram) X(nvrtcDestroyProgram) X(nvrtcCompileProgram) \
+      X(nvrtcGetProgramLogSize) X(nvrtcGetProgramLog) X(nvrtcGetCUBINSize) X(nvrtcGetCUBIN)  \
+          X(nvrtcAddNameExpression) X(nvrtcGetLoweredName)
 
 struct Api {
 #define RT_MOE_DECLARE_MEMBER(name) decltype(&::name) name = nullptr;
@@ -68,7 +69,7 @@ Loaded load() {
     return loaded;
   }
   std::string missing;
-#define RT_MOE_LOAD_FUNCTION(name)                                                   \
+#define RT_MOE_LOAD_FUNCTION(name)                                                      \
   loaded.api.name = reinterpret_cast<decltype(loaded.api.name)>(dlsym(library, #name)); \
   if (loaded.api.name == nullptr) missing += std::string(missing.empty() ? "" : ", ") + #name;
   RT_MOE_NVRTC_FUNCTIONS(RT_MOE_LOAD_FUNCTION)

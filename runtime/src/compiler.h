@@ -13,9 +13,9 @@ std::string version();
 bool available(std::string* why_not = nullptr);
 
 struct Request {
-  std::string name;     // for logs and the failure dump, e.g. "grouped_gemm_sm80<...>"
-  std::string source;   // the generated instantiation
-  std::string arch;     // exact target, e.g. "sm_90a"
+  std::string name;    // for logs and the failure dump, e.g. "grouped_gemm_sm80<...>"
+  std::string source;  // the generated instantiation
+  std::string arch;    // exact target, e.g. "sm_90a"
   std::vector<std::string> name_expressions;  // kept alive and reported lowered
 };
 

@@ -11,7 +11,8 @@ const char* to_string(DType dtype) { return dtype == DType::kF16 ? "fp16" : "bf1
 DType parse_dtype(const std::string& s) {
   if (s == "fp16" || s == "f16" || s == "half" || s == "float16") return DType::kF16;
   if (s == "bf16" || s == "bfloat16") return DType::kBF16;
-  throw Error(ErrorCode::kInvalidArgument, fmt::format("unknown dtype '{}' (want bf16 or fp16)", s));
+  throw Error(ErrorCode::kInvalidArgument,
+              fmt::format("unknown dtype '{}' (want bf16 or fp16)", s));
 }
 
 void MoeConfig::validate() const {

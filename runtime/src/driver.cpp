@@ -33,16 +33,16 @@ Loaded load() {
     return loaded;
   }
   std::string missing;
-#define RT_MOE_LOAD_FUNCTION(name)                                                         \
-  {                                                                                        \
-    void* fn = nullptr;                                                                    \
-    CUdriverProcAddressQueryResult status = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;          \
-    if (get_proc(#name, &fn, CUDA_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, &status) !=        \
-            CUDA_SUCCESS ||                                                                \
-        fn == nullptr) {                                                                   \
-      missing += std::string(missing.empty() ? "" : ", ") + #name;                         \
-    }                                                                                      \
-    loaded.api.name = reinterpret_cast<decltype(loaded.api.name)>(fn);                     \
+#define RT_MOE_LOAD_FUNCTION(name)                                                  \
+  {                                                                                 \
+    void* fn = nullptr;                                                             \
+    CUdriverProcAddressQueryResult status = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;   \
+    if (get_proc(#name, &fn, CUDA_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, &status) != \
+            CUDA_SUCCESS ||                                                         \
+        fn == nullptr) {                                                            \
+      missing += std::string(missing.empty() ? "" : ", ") + #name;                  \
+    }                                                                               \
+    loaded.api.name = reinterpret_cast<decltype(loaded.api.name)>(fn);              \
   }
   RT_MOE_DRIVER_FUNCTIONS(RT_MOE_LOAD_FUNCTION)
 #undef RT_MOE_LOAD_FUNCTION

@@ -18,20 +18,23 @@ namespace rt_moe::driver {
 // X-macro of every driver function rt_moe calls. The member types come from cuda.h's declarations
 // (decltype of the versioned symbol the header maps each name to), and cuGetProcAddress is asked
 // for the same API version (CUDA_VERSION), so signature and symbol can never drift apart.
-#define RT_MOE_DRIVER_FUNCTIONS(X)                                                               \
-  X(cuInit) X(cuDriverGetVersion) X(cuGetErrorName) X(cuGetErrorString) X(cuDeviceGet)          \
-  X(cuDeviceGetCount) X(cuDeviceGetAttribute) X(cuDeviceGetName) X(cuDevicePrimaryCtxRetain)     \
-  X(cuDevicePrimaryCtxRelease) X(cuCtxSetCurrent) X(cuCtxGetCurrent) X(cuCtxGetDevice)           \
-  X(cuCtxPushCurrent) X(cuCtxPopCurrent) X(cuCtxSynchronize) X(cuModuleLoadData)                 \
-  X(cuModuleUnload) X(cuModuleGetFunction) X(cuModuleGetGlobal) X(cuFuncSetAttribute)            \
-  X(cuFuncGetAttribute) X(cuLaunchKernel) X(cuMemAlloc) X(cuMemFree) X(cuMemGetInfo)             \
-  X(cuMemcpyHtoD) X(cuMemcpyDtoH) X(cuMemcpyHtoDAsync) X(cuMemcpyDtoHAsync) X(cuMemcpyDtoDAsync) \
-  X(cuMemsetD8Async) X(cuMemsetD32Async) X(cuStreamCreate) X(cuStreamDestroy)                    \
-  X(cuStreamSynchronize) X(cuStreamGetCtx) X(cuStreamGetCaptureInfo) X(cuStreamBeginCapture)     \
-  X(cuStreamEndCapture) X(cuGraphInstantiateWithFlags) X(cuGraphLaunch) X(cuGraphDestroy)                 \
-  X(cuGraphExecDestroy) X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord)                      \
-  X(cuEventSynchronize) X(cuEventElapsedTime) X(cuPointerGetAttribute)                           \
-  X(cuOccupancyMaxActiveBlocksPerMultiprocessor)
+#define RT_MOE_DRIVER_FUNCTIONS(X)                                                                 \
+  X(cuInit)                                                                                        \
+  X(cuDriverGetVersion) X(cuGetErrorName) X(cuGetErrorString) X(cuDeviceGet) X(cuDeviceGetCount)   \
+      X(cuDeviceGetAttribute) X(cuDeviceGetName) X(cuDevicePrimaryCtxRetain) X(                    \
+          cuDevicePrimaryCtxRelease) X(cuCtxSetCurrent) X(cuCtxGetCurrent) X(cuCtxGetDevice)       \
+          X(cuCtxPushCurrent) X(cuCtxPopCurrent) X(cuCtxSynchronize) X(cuModuleLoadData) X(        \
+              cuModuleUnload) X(cuModuleGetFunction) X(cuModuleGetGlobal) X(cuFuncSetAttribute)    \
+              X(cuFuncGetAttribute) X(cuLaunchKernel) X(cuMemAlloc) X(cuMemFree) X(cuMemGetInfo)   \
+                  X(cuMemcpyHtoD) X(cuMemcpyDtoH) X(cuMemcpyHtoDAsync) X(cuMemcpyDtoHAsync) X(     \
+                      cuMemcpyDtoDAsync) X(cuMemsetD8Async) X(cuMemsetD32Async) X(cuStreamCreate)  \
+                      X(cuStreamDestroy) X(cuStreamSynchronize) X(cuStreamGetCtx)                  \
+                          X(cuStreamGetCaptureInfo) X(cuStreamBeginCapture) X(cuStreamEndCapture)  \
+                              X(cuGraphInstantiateWithFlags) X(cuGraphLaunch) X(cuGraphDestroy)    \
+                                  X(cuGraphExecDestroy) X(cuEventCreate) X(cuEventDestroy)         \
+                                      X(cuEventRecord) X(cuEventSynchronize) X(cuEventElapsedTime) \
+                                          X(cuPointerGetAttribute)                                 \
+                                              X(cuOccupancyMaxActiveBlocksPerMultiprocessor)
 
 struct Api {
 #define RT_MOE_DECLARE_MEMBER(name) decltype(&::name) name = nullptr;
@@ -61,8 +64,8 @@ struct DeviceInfo {
   int cc_major = 0, cc_minor = 0;
   int sm_count = 0;
   int l2_bytes = 0;
-  int max_smem_optin = 0;  // bytes of shared memory a block may opt in to
-  int driver_version = 0;  // e.g. 13000
+  int max_smem_optin = 0;    // bytes of shared memory a block may opt in to
+  int driver_version = 0;    // e.g. 13000
   std::string arch() const;  // exact arch: "sm_90a" on Hopper (wgmma needs the 'a' target)
 };
 DeviceInfo device_info(int ordinal);
@@ -174,7 +177,9 @@ class DeviceBuffer {
 
   CUdeviceptr get() const { return ptr_; }
   template <typename T>
-  T* as() const { return reinterpret_cast<T*>(ptr_); }
+  T* as() const {
+    return reinterpret_cast<T*>(ptr_);
+  }
   std::size_t bytes() const { return bytes_; }
   void reset() noexcept;
 

@@ -92,10 +92,11 @@ const Kernel& KernelCache::get(const KernelSpec& spec) {
   double load_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   static constexpr const char* kSources[] = {"memory", "disk", "compiled"};
-  log().debug("kernel {} ready: cubin from {} in {:.3f} s, module load {:.3f} s ({} threads, {} B "
-              "shared)",
-              kernel.name, kSources[int(cubin.source)], cubin.seconds, load_seconds,
-              kernel.threads, kernel.smem_bytes);
+  log().debug(
+      "kernel {} ready: cubin from {} in {:.3f} s, module load {:.3f} s ({} threads, {} B "
+      "shared)",
+      kernel.name, kSources[int(cubin.source)], cubin.seconds, load_seconds, kernel.threads,
+      kernel.smem_bytes);
   const Kernel& result = entry->kernel;
   loaded_.emplace(std::move(source), std::move(entry));
   return result;

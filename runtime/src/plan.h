@@ -15,13 +15,13 @@ namespace rt_moe {
 // Byte offsets of the forward's scratch arrays in the workspace, sized for a bucket.
 struct WorkspaceLayout {
   std::int64_t max_tokens = 0;
-  std::int64_t max_blocks = 0;  // row blocks of BLOCK_M, worst case
-  std::int64_t max_rows = 0;    // max_blocks * BLOCK_M
-  std::size_t logits = 0;        // float (T, E)
-  std::size_t topk_ids = 0;      // int (T, k)
-  std::size_t topk_weights = 0;  // float (T, k)
-  std::size_t counts = 0;        // int (E)
-  std::size_t fill = 0;          // int (E + S)
+  std::int64_t max_blocks = 0;     // row blocks of BLOCK_M, worst case
+  std::int64_t max_rows = 0;       // max_blocks * BLOCK_M
+  std::size_t logits = 0;          // float (T, E)
+  std::size_t topk_ids = 0;        // int (T, k)
+  std::size_t topk_weights = 0;    // float (T, k)
+  std::size_t counts = 0;          // int (E)
+  std::size_t fill = 0;            // int (E + S)
   std::size_t padded_offsets = 0;  // int (E + S + 1)
   std::size_t block_expert = 0;    // int (max_blocks)
   std::size_t num_blocks = 0;      // int (1)

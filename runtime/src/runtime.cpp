@@ -27,9 +27,9 @@ void check_pointer(const void* p, const char* name) {
     throw Error(ErrorCode::kInvalidArgument, fmt::format("{} is a null pointer", name));
   }
   if (!aligned16(p)) {
-    throw Error(ErrorCode::kInvalidArgument,
-                fmt::format("{} = {} is not 16-byte aligned (the kernels load 16-byte vectors)",
-                            name, p));
+    throw Error(
+        ErrorCode::kInvalidArgument,
+        fmt::format("{} = {} is not 16-byte aligned (the kernels load 16-byte vectors)", name, p));
   }
 }
 
@@ -43,8 +43,8 @@ const LaunchPlan& MoeRuntime::Impl::plan_for(std::int64_t tokens, CUstream captu
   if (auto it = plans.find(bucket.group_sum_max); it != plans.end()) return it->second;
   if (capture_check != nullptr) {
     CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
-    RT_MOE_CALL(cuStreamGetCaptureInfo, capture_check, &status, nullptr, nullptr, nullptr,
-                nullptr, nullptr);
+    RT_MOE_CALL(cuStreamGetCaptureInfo, capture_check, &status, nullptr, nullptr, nullptr, nullptr,
+                nullptr);
     if (status != CU_STREAM_CAPTURE_STATUS_NONE) {
       throw Error(ErrorCode::kInvalidArgument,
                   fmt::format("forward of {} tokens during stream capture needs bucket {} (up to "
@@ -55,8 +55,8 @@ const LaunchPlan& MoeRuntime::Impl::plan_for(std::int64_t tokens, CUstream captu
   }
   LaunchPlan plan = build_plan(bucket, choose_tile(bucket));
   ensure_workspace(plan.layout.bytes);
-  log().debug("plan for bucket {} (<= {} tokens): tile {}", bucket.group_sum_max,
-              bucket.max_tokens, plan.tile.describe());
+  log().debug("plan for bucket {} (<= {} tokens): tile {}", bucket.group_sum_max, bucket.max_tokens,
+              plan.tile.describe());
   return plans.emplace(bucket.group_sum_max, std::move(plan)).first->second;
 }
 
@@ -143,11 +143,14 @@ void MoeRuntime::Impl::enqueue(const LaunchPlan& plan, const void* x, void* out,
 
   enqueue_routing(plan, x, T, stream);
   const std::int64_t blocks = max_row_blocks(c, T, plan.tile.block_m);
-  OffsetsParams offsets{static_cast<const int*>(ptr(l.counts)), static_cast<int*>(ptr(l.fill)),
+  OffsetsParams offsets{static_cast<const int*>(ptr(l.counts)),
+                        static_cast<int*>(ptr(l.fill)),
                         static_cast<int*>(ptr(l.padded_offsets)),
                         static_cast<int*>(ptr(l.block_expert)),
                         static_cast<int*>(ptr(l.num_blocks)),
-                        static_cast<int*>(ptr(l.sorted_rows)), T, int(blocks)};
+                        static_cast<int*>(ptr(l.sorted_rows)),
+                        T,
+                        int(blocks)};
   launch(*plan.offsets, {1}, offsets, stream);
 
   ScatterParams scatter{static_cast<const int*>(ptr(l.topk_ids)),
@@ -183,8 +186,9 @@ MoeRuntime::MoeRuntime(const MoeConfig& config, const RuntimeOptions& options)
   int count = 0;
   RT_MOE_CALL(cuDeviceGetCount, &count);
   if (options.device < 0 || options.device >= count) {
-    throw Error(ErrorCode::kInvalidArgument,
-                fmt::format("device = {} but {} CUDA device(s) are visible", options.device, count));
+    throw Error(
+        ErrorCode::kInvalidArgument,
+        fmt::format("device = {} but {} CUDA device(s) are visible", options.device, count));
   }
   impl_->context = driver::PrimaryContext(options.device);
   impl_->device = driver::device_info(options.device);
@@ -199,8 +203,8 @@ MoeRuntime::MoeRuntime(const MoeConfig& config, const RuntimeOptions& options)
     impl_->tuning = RuntimeOptions::Tuning::kTune;
   }
   impl_->kernels = std::make_unique<KernelCache>(impl_->context.get(), arch);
-  log().debug("MoeRuntime on {} ({}, {} SMs): {}", impl_->device.name, arch,
-              impl_->device.sm_count, config.describe());
+  log().debug("MoeRuntime on {} ({}, {} SMs): {}", impl_->device.name, arch, impl_->device.sm_count,
+              config.describe());
 }
 
 MoeRuntime::~MoeRuntime() = default;
@@ -314,9 +318,10 @@ std::string MoeRuntime::describe(std::int64_t tokens) const {
     }
   }
   GemmTile router = router_tile(c, b.max_tokens);
-  return fmt::format("bucket {} (<= {} tokens): grouped GEMM {}, router {}", b.group_sum_max,
-                     b.max_tokens, tile.describe(),
-                     router.block_m == 0 ? std::string("cuda-core gemv") : "mma " + router.describe());
+  return fmt::format(
+      "bucket {} (<= {} tokens): grouped GEMM {}, router {}", b.group_sum_max, b.max_tokens,
+      tile.describe(),
+      router.block_m == 0 ? std::string("cuda-core gemv") : "mma " + router.describe());
 }
 
 }  // namespace rt_moe

@@ -120,10 +120,10 @@ KernelSpec offsets_spec(const MoeConfig& c, int block_m) {
 }
 
 KernelSpec scatter_spec(const MoeConfig& c) {
-  return {"dispatch", "dispatch.cuh",
-          fmt::format("rt_moe::Scatter<{}, {}, {}>", c.n_routed_experts, c.n_shared_experts,
-                      c.top_k),
-          "rt_moe::ScatterParams"};
+  return {
+      "dispatch", "dispatch.cuh",
+      fmt::format("rt_moe::Scatter<{}, {}, {}>", c.n_routed_experts, c.n_shared_experts, c.top_k),
+      "rt_moe::ScatterParams"};
 }
 
 KernelSpec gemm_spec(const MoeConfig& c, GemmStage stage, const GemmTile& t) {
@@ -143,8 +143,7 @@ KernelSpec gemm_spec(const MoeConfig& c, GemmStage stage, const GemmTile& t) {
                       stage == GemmStage::kGateUp ? "rt_moe::kGateUp"
                       : stage == GemmStage::kDown ? "rt_moe::kDown"
                                                   : "rt_moe::kRouter",
-                      t.block_m,
-                      t.block_n, t.block_k, t.warps_m, t.warps_n, t.stages),
+                      t.block_m, t.block_n, t.block_k, t.warps_m, t.warps_n, t.stages),
           "rt_moe::GemmParams"};
 }
 

@@ -30,8 +30,8 @@ float half_to_float(std::uint16_t h) {
   if (exponent == 0) {
     magnitude = std::ldexp(float(mantissa), -24);
   } else if (exponent == 31) {
-    magnitude = mantissa ? std::numeric_limits<float>::quiet_NaN()
-                         : std::numeric_limits<float>::infinity();
+    magnitude =
+        mantissa ? std::numeric_limits<float>::quiet_NaN() : std::numeric_limits<float>::infinity();
   } else {
     magnitude = std::ldexp(float(mantissa | 0x400), exponent - 25);
   }
@@ -62,9 +62,8 @@ std::vector<std::uint16_t> random_activations(DType dtype, std::size_t count) {
       const std::uint16_t sign = (r & 1) << 15;
       const std::uint16_t exp_step = (r >> 1) & 7;  // 8 binades
       const std::uint16_t mantissa = (r >> 4) & 0x7f;
-      x[j] = dtype == DType::kBF16
-                 ? std::uint16_t(sign | ((120 + exp_step) << 7) | mantissa)
-                 : std::uint16_t(sign | ((8 + exp_step) << 10) | (mantissa << 3));
+      x[j] = dtype == DType::kBF16 ? std::uint16_t(sign | ((120 + exp_step) << 7) | mantissa)
+                                   : std::uint16_t(sign | ((8 + exp_step) << 10) | (mantissa << 3));
     }
   }
   return x;
@@ -95,8 +94,8 @@ cache::TuningStore& MoeRuntime::Impl::tuning_store() {
 }
 
 std::string MoeRuntime::Impl::tuning_problem(const Bucket& bucket) const {
-  return fmt::format("{} arch={} bucket={} stage=grouped_gemm", config.describe(),
-                     kernels->arch(), bucket.group_sum_max);
+  return fmt::format("{} arch={} bucket={} stage=grouped_gemm", config.describe(), kernels->arch(),
+                     bucket.group_sum_max);
 }
 
 GemmTile MoeRuntime::Impl::choose_tile(const Bucket& bucket) {

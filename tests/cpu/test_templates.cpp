@@ -25,7 +25,9 @@ MoeConfig make_config(std::int64_t H, std::int64_t I, std::int64_t E, std::int64
 }
 
 bool is_elf(const std::string& bytes) {
-  return bytes.size() > 4 && bytes.compare(0, 4, "\x7f" "ELF") == 0;
+  return bytes.size() > 4 && bytes.compare(0, 4,
+                                           "\x7f"
+                                           "ELF") == 0;
 }
 
 std::string compile_for_sm90a(const KernelSpec& spec) {
@@ -76,7 +78,7 @@ TEST_CASE("a compile failure throws with the options, the log and a source dump"
     CHECK(e.code() == ErrorCode::kCompile);
     CHECK(what.find("-arch=sm_90a") != std::string::npos);
     CHECK(what.find("16-byte chunks") != std::string::npos);  // the static_assert's text
-    CHECK(what.find("rt_moe_failed_") != std::string::npos);   // the dump's path
+    CHECK(what.find("rt_moe_failed_") != std::string::npos);  // the dump's path
   }
 }
 
@@ -86,7 +88,8 @@ TEST_CASE("kernel sources differ per shape and tile, and keys with them", "[nvrt
   b.dtype = DType::kF16;
   GemmTile t1 = default_tile(a, 1, "sm_90a"), t2 = default_tile(a, 16384, "sm_90a");
   CHECK(!(t1 == t2));
-  CHECK(gemm_spec(a, GemmStage::kGateUp, t1).source() != gemm_spec(a, GemmStage::kGateUp, t2).source());
+  CHECK(gemm_spec(a, GemmStage::kGateUp, t1).source() !=
+        gemm_spec(a, GemmStage::kGateUp, t2).source());
   CHECK(gemm_spec(a, GemmStage::kDown, t1).source() != gemm_spec(b, GemmStage::kDown, t1).source());
   CHECK(!(gemm_spec(a, GemmStage::kDown, t1).preimage("sm_90a").key() ==
           gemm_spec(a, GemmStage::kDown, t1).preimage("sm_80").key()));

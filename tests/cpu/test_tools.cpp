@@ -128,8 +128,8 @@ TEST_CASE("tools: rt_moe_prewarm --tune also compiles every tile candidate, then
   INFO(tune.output);
   REQUIRE(tune.exit_code == 0);
   const Summary heuristic = parse_summary(plain.output), candidates = parse_summary(tune.output);
-  CHECK(candidates.kernels > heuristic.kernels);             // more tiles than the heuristic's
-  CHECK(candidates.hits == heuristic.kernels);               // those were cached by the first run
+  CHECK(candidates.kernels > heuristic.kernels);  // more tiles than the heuristic's
+  CHECK(candidates.hits == heuristic.kernels);    // those were cached by the first run
   CHECK(candidates.compiled == candidates.kernels - heuristic.kernels);
   ToolRun again = run_tool("rt_moe_prewarm", args + " --tune");
   REQUIRE(again.exit_code == 0);
@@ -158,7 +158,6 @@ TEST_CASE("tools: rt_moe_prewarm: bad flags and values exit 2 with a message", "
 
   ToolRun bad_dtype = run_tool("rt_moe_prewarm", "--preset tiny --arch sm_90a --dtype fp8");
   CHECK(bad_dtype.exit_code == 2);
-
 
   TempDir dir;
   const fs::path config = dir.path() / "broken.json";

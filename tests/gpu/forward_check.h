@@ -126,7 +126,8 @@ struct Fixture {
   CheckResult check(std::int64_t tokens, std::uint64_t seed, const char* label) {
     std::vector<std::uint16_t> x = random_activations(config, tokens, seed);
     driver::DeviceBuffer x_dev = upload(x);
-    driver::DeviceBuffer out_dev(std::max<std::size_t>(16, std::size_t(tokens) * config.d_hidden * 2));
+    driver::DeviceBuffer out_dev(
+        std::max<std::size_t>(16, std::size_t(tokens) * config.d_hidden * 2));
     return check_forward(moe, weights, x, x_dev, out_dev, tokens, stream.get(), label);
   }
 };

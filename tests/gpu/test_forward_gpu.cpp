@@ -20,8 +20,7 @@ TEST_CASE("DeepSeek-V3 layer (H=7168 I=2048 E=256 S=1 k=8) at T = 1, 64, 4096", 
   }
 }
 
-TEST_CASE("gpumode shapes: k == E (E=4, T=512) and E=8 (T=1024), one shared expert",
-          "[forward]") {
+TEST_CASE("gpumode shapes: k == E (E=4, T=512) and E=8 (T=1024), one shared expert", "[forward]") {
   for (int d = 0; d < 2; ++d) {
     Fixture a(make_config(7168, 2048, 4, 1, 4, dtype_of(d)), 21 + d);
     a.check(512, 7, "gpumode test 1 (k == E)");
@@ -141,9 +140,8 @@ TEST_CASE("bad arguments give clear errors", "[forward]") {
         ErrorCode::kInvalidArgument);
   CHECK(code_of([&] { moe.forward(nullptr, out_dev.as<void>(), 4, nullptr); }) ==
         ErrorCode::kInvalidArgument);
-  CHECK(code_of([&] {
-          moe.forward(x_dev.as<char>() + 2, out_dev.as<void>(), 4, nullptr);
-        }) == ErrorCode::kInvalidArgument);  // misaligned
+  CHECK(code_of([&] { moe.forward(x_dev.as<char>() + 2, out_dev.as<void>(), 4, nullptr); }) ==
+        ErrorCode::kInvalidArgument);  // misaligned
   MoeConfig bad = c;
   bad.top_k = 9;
   CHECK(code_of([&] { MoeRuntime r(bad); }) == ErrorCode::kInvalidArgument);

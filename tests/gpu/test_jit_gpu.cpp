@@ -1,10 +1,10 @@
 // The JIT core on a GPU: a template compiled through the cache, loaded and launched through the
 // driver, its result checked; then a second process loads the same kernel from disk without
 // compiling.
-#include <catch2/catch.hpp>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <catch2/catch.hpp>
 
 #include <chrono>
 #include <cstdlib>
@@ -27,10 +27,10 @@ constexpr int kSlots = 3;
 constexpr int kTokens = 37;
 
 KernelSpec combine_kernel() {
-  return {"combine", "combine.cuh",
-          "rt_moe::Combine<rt_moe::BF16, " + std::to_string(kH) + ", " + std::to_string(kSlots) +
-              ">",
-          "rt_moe::CombineParams"};
+  return {
+      "combine", "combine.cuh",
+      "rt_moe::Combine<rt_moe::BF16, " + std::to_string(kH) + ", " + std::to_string(kSlots) + ">",
+      "rt_moe::CombineParams"};
 }
 
 // Launches the combine kernel on random data and checks every output against the host sum.
@@ -73,9 +73,10 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 
 }  // namespace
 
-TEST_CASE("a template compiles through the cache, loads, launches, and a second process loads "
-          "it from disk without compiling",
-          "[jit]") {
+TEST_CASE(
+    "a template compiles through the cache, loads, launches, and a second process loads "
+    "it from disk without compiling",
+    "[jit]") {
   const std::string dir = temp_dir();
   driver::PrimaryContext context(0);
   driver::ScopedContext scope(context.get());

@@ -89,7 +89,7 @@ struct Comparison {
   std::int64_t first_bad_row = -1, first_bad_col = -1;
   float first_bad_out = 0, first_bad_ref = 0;
   double max_abs_err = 0;
-  double rel_l2 = 0;  // ||out - ref|| / ||ref||
+  double rel_l2 = 0;             // ||out - ref|| / ||ref||
   std::string describe() const;  // one line, with the first bad coordinate
 };
 Comparison compare(DType dtype, std::span<const std::uint16_t> out, std::span<const float> ref,

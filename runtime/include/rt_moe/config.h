@@ -8,7 +8,7 @@ namespace rt_moe {
 
 enum class DType { kF16, kBF16 };
 
-const char* to_string(DType dtype);      // "fp16", "bf16"
+const char* to_string(DType dtype);       // "fp16", "bf16"
 DType parse_dtype(const std::string& s);  // "fp16"|"f16"|"half", "bf16"|"bfloat16"; throws Error
 
 // Routing knobs (REFERENCE.md section 4). The defaults are the reference's: softmax over all

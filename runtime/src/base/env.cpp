@@ -42,7 +42,7 @@ EnvConfig parse_env(const char* (*get)(const char* name)) {
 
   config.log_level = "warn";
   if (const char* level = get("RT_MOE_LOG_LEVEL"); level != nullptr && *level != '\0') {
-    static constexpr std::string_view kLevels[] = {"trace", "debug", "info",    "warn",
+    static constexpr std::string_view kLevels[] = {"trace", "debug",    "info", "warn",
                                                    "error", "critical", "off"};
     bool known = false;
     for (std::string_view l : kLevels) known = known || l == level;
@@ -62,9 +62,8 @@ EnvConfig parse_env(const char* (*get)(const char* name)) {
 }
 
 const EnvConfig& env() {
-  static const EnvConfig config = parse_env([](const char* name) -> const char* {
-    return std::getenv(name);
-  });
+  static const EnvConfig config =
+      parse_env([](const char* name) -> const char* { return std::getenv(name); });
   return config;
 }
 

@@ -7,7 +7,7 @@
 namespace rt_moe {
 
 struct EnvConfig {
-  std::string cache_dir;          // RT_MOE_CACHE_DIR, else $XDG_CACHE_HOME/rt_moe, else ~/.cache/rt_moe
+  std::string cache_dir;  // RT_MOE_CACHE_DIR, else $XDG_CACHE_HOME/rt_moe, else ~/.cache/rt_moe
   bool cache_disabled = false;    // RT_MOE_DISABLE_CACHE=1
   std::uint64_t cache_max_bytes;  // RT_MOE_CACHE_MAX_MB (default 2048 MB)
   std::string log_level;          // RT_MOE_LOG_LEVEL (default "warn")

@@ -4,15 +4,24 @@ namespace rt_moe {
 
 const char* to_string(ErrorCode code) {
   switch (code) {
-    case ErrorCode::kInvalidArgument: return "invalid argument";
-    case ErrorCode::kNoDriver: return "no CUDA driver";
-    case ErrorCode::kNoCompiler: return "no NVRTC";
-    case ErrorCode::kCuda: return "CUDA error";
-    case ErrorCode::kCompile: return "compile error";
-    case ErrorCode::kCache: return "cache error";
-    case ErrorCode::kIo: return "I/O error";
-    case ErrorCode::kUnsupported: return "unsupported";
-    case ErrorCode::kInternal: return "internal error";
+    case ErrorCode::kInvalidArgument:
+      return "invalid argument";
+    case ErrorCode::kNoDriver:
+      return "no CUDA driver";
+    case ErrorCode::kNoCompiler:
+      return "no NVRTC";
+    case ErrorCode::kCuda:
+      return "CUDA error";
+    case ErrorCode::kCompile:
+      return "compile error";
+    case ErrorCode::kCache:
+      return "cache error";
+    case ErrorCode::kIo:
+      return "I/O error";
+    case ErrorCode::kUnsupported:
+      return "unsupported";
+    case ErrorCode::kInternal:
+      return "internal error";
   }
   return "unknown error";
 }
