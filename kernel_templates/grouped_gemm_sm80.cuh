@@ -2,9 +2,8 @@
 //
 // Tiling: a block computes BLOCK_M rows x BLOCK_N columns of one expert, K in steps of BLOCK_K.
 // WARPS_M x WARPS_N warps each own a (BLOCK_M / WARPS_M) x (BLOCK_N / WARPS_N) tile of
-// m16n8k16 fragments. Pipeline: STAGES-deep cp.async ring of A and B tiles in shared memory, every
-// row 128 bytes with its 16-byte chunks XOR-swizzled by (row % 8), so ldmatrix reads are free of
-// bank conflicts; a K tail or a row beyond the matrix is zero-filled by cp.async.
+// m16n8k16 fragments. Pipeline: STAGES-deep cp.async ring of A and B tiles in shared memory, fed
+// by TileLoader (tile_loader.cuh: swizzled 128-byte rows, zero-filled tails).
 //
 // Modes:
 //   kGateUp: A = x rows gathered through sorted_rows (pair / (k + S) is the token; no permuted copy
@@ -23,43 +22,32 @@
 #pragma once
 
 #include "common.cuh"
+#include "tile_loader.cuh"
 
 namespace rt_moe {
-
-enum GemmMode : int { kGateUp = 0, kDown = 1, kRouter = 2 };
 
 template <typename D, int H, int I, int E, int S, int K, int MODE, int BLOCK_M, int BLOCK_N,
           int BLOCK_K, int WARPS_M, int WARPS_N, int STAGES>
 struct GroupedGemmSm80 {
   static constexpr int kThreads = WARPS_M * WARPS_N * 32;
   static constexpr int kSlots = K + S;
-  static constexpr int kReduce = MODE == kDown ? I : H;  // the GEMM's K
   static constexpr int kWarpM = BLOCK_M / WARPS_M;
   static constexpr int kWarpN = BLOCK_N / WARPS_N;
   static constexpr int kFragsM = kWarpM / 16;
   static constexpr int kFragsN = kWarpN / 8;
-  static constexpr int kChunksPerRow = BLOCK_K / 8;  // 16-byte chunks
-  static constexpr int kTileABytes = BLOCK_M * BLOCK_K * 2;
-  static constexpr int kTileBBytes = BLOCK_N * BLOCK_K * 2;
-  static constexpr int kStageBytes = kTileABytes + kTileBBytes;
+  using Loader = TileLoader<H, I, E, kSlots, MODE, BLOCK_M, BLOCK_N, kThreads, kWarpN>;
+  static constexpr int kTileABytes = Loader::kTileABytes;
+  static constexpr int kStageBytes = Loader::kTileABytes + Loader::kTileBBytes;
   static constexpr int kSmemBytes = STAGES * kStageBytes;
-  static constexpr int kItersA = BLOCK_M * kChunksPerRow / kThreads;
-  static constexpr int kItersB = BLOCK_N * kChunksPerRow / kThreads;
 
-  static_assert(BLOCK_K == 64, "the swizzle assumes 128-byte rows (64 elements)");
+  static_assert(BLOCK_K == Loader::kBlockK, "the swizzle assumes 128-byte rows (64 elements)");
   static_assert(kWarpM % 16 == 0, "BLOCK_M / WARPS_M must be a multiple of the mma's 16 rows");
   static_assert(kWarpN % 16 == 0, "BLOCK_N / WARPS_N must be a multiple of 16 (ldmatrix.x4 of B)");
   static_assert(MODE != kGateUp || kFragsN % 2 == 0, "gate and up halves need whole fragments");
-  static_assert(kItersA >= 1 && kItersA * kThreads == BLOCK_M * kChunksPerRow,
-                "A tile chunks must divide evenly among the threads");
-  static_assert(kItersB >= 1 && kItersB * kThreads == BLOCK_N * kChunksPerRow,
-                "B tile chunks must divide evenly among the threads");
   static_assert(STAGES >= 2, "the pipeline needs at least two stages");
-  static_assert(kReduce % 8 == 0, "K must be a multiple of 8 for 16-byte loads");
 
-  // Byte offset of 16-byte chunk `chunk` of tile row `row`.
   static __device__ __forceinline__ unsigned swizzle(int row, int chunk) {
-    return (unsigned)(row * kChunksPerRow + (chunk ^ (row & 7))) * 16u;
+    return Loader::swizzle(row, chunk);
   }
 
   static __device__ void run(const GemmParams& p) {
@@ -71,62 +59,11 @@ struct GroupedGemmSm80 {
     const int warp_m = warp / WARPS_N, warp_n = warp % WARPS_N;
     ExpertWeights w = {p.b, p.b, p.b, H};
     if (MODE != kRouter) w = p.experts[p.block_expert[block_m]];
-    const unsigned short* a_base = reinterpret_cast<const unsigned short*>(p.a);
-
-    // Each thread copies the same chunk column of a few rows; find those rows' sources once.
-    const int chunk = tid % kChunksPerRow;
-    const unsigned short* a_rows[kItersA];
-    const unsigned short* b_rows[kItersB];
-#pragma unroll
-    for (int j = 0; j < kItersA; ++j) {
-      int r = (tid + j * kThreads) / kChunksPerRow;
-      if (MODE == kRouter) {
-        a_rows[j] = m0 + r < p.tokens ? a_base + (long long)(m0 + r) * H : nullptr;
-        continue;
-      }
-      int pair = p.sorted_rows[m0 + r];
-      if (MODE == kGateUp) {
-        a_rows[j] = pair >= 0 ? a_base + (long long)(pair / kSlots) * H : nullptr;
-      } else {
-        a_rows[j] = pair >= 0 ? a_base + (long long)(m0 + r) * I : nullptr;
-      }
-    }
-#pragma unroll
-    for (int j = 0; j < kItersB; ++j) {
-      int r = (tid + j * kThreads) / kChunksPerRow;
-      if (MODE == kGateUp) {
-        int wn = r / kWarpN, q = r % kWarpN;
-        int col = blockIdx.y * (BLOCK_N / 2) + wn * (kWarpN / 2) + q % (kWarpN / 2);
-        const void* matrix = q < kWarpN / 2 ? w.gate : w.up;
-        b_rows[j] = col < I ? reinterpret_cast<const unsigned short*>(matrix) + (long long)col * H
-                            : nullptr;
-      } else {
-        // kDown: n < H rows of down (stride down_ld); kRouter: n < E router rows (stride H).
-        int n = blockIdx.y * BLOCK_N + r;
-        b_rows[j] = n < (MODE == kDown ? H : E)
-                        ? reinterpret_cast<const unsigned short*>(w.down) + (long long)n * w.down_ld
-                        : nullptr;
-      }
-    }
-
+    const Loader loader(p, w, m0, tid);
     const unsigned smem_base = smem_address(smem);
     auto load_stage = [&](int stage, int k_tile) {
-      const int k = k_tile * BLOCK_K + chunk * 8;
-      const bool k_ok = k < kReduce;
       const unsigned a_smem = smem_base + stage * kStageBytes;
-      const unsigned b_smem = a_smem + kTileABytes;
-#pragma unroll
-      for (int j = 0; j < kItersA; ++j) {
-        int r = (tid + j * kThreads) / kChunksPerRow;
-        bool ok = k_ok && a_rows[j] != nullptr;
-        cp_async_16(a_smem + swizzle(r, chunk), ok ? a_rows[j] + k : a_base, ok);
-      }
-#pragma unroll
-      for (int j = 0; j < kItersB; ++j) {
-        int r = (tid + j * kThreads) / kChunksPerRow;
-        bool ok = k_ok && b_rows[j] != nullptr;
-        cp_async_16(b_smem + swizzle(r, chunk), ok ? b_rows[j] + k : a_base, ok);
-      }
+      loader.load(a_smem, a_smem + kTileABytes, k_tile);
     };
 
     float acc[kFragsM][kFragsN][4];
@@ -137,7 +74,7 @@ struct GroupedGemmSm80 {
 #pragma unroll
         for (int v = 0; v < 4; ++v) acc[mi][ni][v] = 0.f;
 
-    constexpr int kTiles = (kReduce + BLOCK_K - 1) / BLOCK_K;
+    constexpr int kTiles = Loader::kTiles;
 #pragma unroll
     for (int s = 0; s < STAGES - 1; ++s) {
       if (s < kTiles) load_stage(s, s);

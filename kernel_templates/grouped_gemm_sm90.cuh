@@ -20,7 +20,7 @@
 #pragma once
 
 #include "common.cuh"
-#include "grouped_gemm_sm80.cuh"  // GemmMode
+#include "tile_loader.cuh"
 
 namespace rt_moe {
 
@@ -112,29 +112,19 @@ struct GroupedGemmSm90 {
   static constexpr int kThreads = WG_M * WG_N * 128;
   static constexpr int kSlice = BLOCK_N / WG_N;  // B rows (output columns) of one warpgroup
   static constexpr int kSlots = K + S;
-  static constexpr int kReduce = MODE == kDown ? I : H;
-  static constexpr int kChunksPerRow = BLOCK_K / 8;
-  static constexpr int kTileABytes = BLOCK_M * BLOCK_K * 2;
-  static constexpr int kTileBBytes = BLOCK_N * BLOCK_K * 2;
+  using Loader = TileLoader<H, I, E, kSlots, MODE, BLOCK_M, BLOCK_N, kThreads, kSlice>;
+  static constexpr int kTileABytes = Loader::kTileABytes;
+  static constexpr int kTileBBytes = Loader::kTileBBytes;
   static constexpr int kStageBytes = kTileABytes + kTileBBytes;
   static constexpr int kSmemBytes = STAGES * kStageBytes + 1024;  // + alignment slack
-  static constexpr int kItersA = BLOCK_M * kChunksPerRow / kThreads;
-  static constexpr int kItersB = BLOCK_N * kChunksPerRow / kThreads;
-  static constexpr int kAcc = kSlice / 2;  // fp32 accumulators per thread
-  static constexpr int kTiles = (kReduce + BLOCK_K - 1) / BLOCK_K;
+  static constexpr int kAcc = kSlice / 2;                         // fp32 accumulators per thread
+  static constexpr int kTiles = Loader::kTiles;
 
   static_assert(MODE == kGateUp || MODE == kDown, "the sm90 path serves the expert GEMMs");
   static_assert(kSlice % 128 == 0, "each warpgroup's columns are a multiple of the n128 wgmma");
   static_assert(STAGES >= 3, "prefetch distance STAGES - 2 needs at least three stages");
   static_assert(kTileABytes % 1024 == 0 && kTileBBytes % 1024 == 0,
                 "tiles start 1024-byte aligned for the 128-byte swizzle");
-  static_assert(kItersA * kThreads == BLOCK_M * kChunksPerRow, "A chunks divide among threads");
-  static_assert(kItersB * kThreads == BLOCK_N * kChunksPerRow, "B chunks divide among threads");
-  static_assert(kReduce % 8 == 0, "K must be a multiple of 8 for 16-byte loads");
-
-  static __device__ __forceinline__ unsigned swizzle(int row, int chunk) {
-    return (unsigned)(row * kChunksPerRow + (chunk ^ (row & 7))) * 16u;
-  }
 
   static __device__ void run(const GemmParams& p) {
     extern __shared__ __align__(1024) unsigned char smem[];
@@ -146,56 +136,11 @@ struct GroupedGemmSm90 {
     const int warpgroup = warp / 4, warp_in_group = warp % 4;
     const int wg_m = warpgroup / WG_N, wg_n = warpgroup % WG_N;
     const ExpertWeights w = p.experts[expert];
-    const unsigned short* a_base = reinterpret_cast<const unsigned short*>(p.a);
-
-    const int chunk = tid % kChunksPerRow;
-    const unsigned short* a_rows[kItersA];
-    const unsigned short* b_rows[kItersB];
-#pragma unroll
-    for (int j = 0; j < kItersA; ++j) {
-      int r = (tid + j * kThreads) / kChunksPerRow;
-      int pair = p.sorted_rows[m0 + r];
-      if (MODE == kGateUp) {
-        a_rows[j] = pair >= 0 ? a_base + (long long)(pair / kSlots) * H : nullptr;
-      } else {
-        a_rows[j] = pair >= 0 ? a_base + (long long)(m0 + r) * I : nullptr;
-      }
-    }
-#pragma unroll
-    for (int j = 0; j < kItersB; ++j) {
-      int r = (tid + j * kThreads) / kChunksPerRow;
-      if (MODE == kGateUp) {
-        const int slice = r / kSlice, q = r % kSlice;
-        int col = blockIdx.y * (BLOCK_N / 2) + slice * (kSlice / 2) + q % (kSlice / 2);
-        const void* matrix = q < kSlice / 2 ? w.gate : w.up;
-        b_rows[j] = col < I ? reinterpret_cast<const unsigned short*>(matrix) + (long long)col * H
-                            : nullptr;
-      } else {
-        int n = blockIdx.y * BLOCK_N + r;
-        b_rows[j] = n < H
-                        ? reinterpret_cast<const unsigned short*>(w.down) + (long long)n * w.down_ld
-                        : nullptr;
-      }
-    }
-
+    const Loader loader(p, w, m0, tid);
     const unsigned smem_base = (smem_address(smem) + 1023u) & ~1023u;
     auto load_stage = [&](int stage, int k_tile) {
-      const int k = k_tile * BLOCK_K + chunk * 8;
-      const bool k_ok = k < kReduce;
       const unsigned a_smem = smem_base + stage * kStageBytes;
-      const unsigned b_smem = a_smem + kTileABytes;
-#pragma unroll
-      for (int j = 0; j < kItersA; ++j) {
-        int r = (tid + j * kThreads) / kChunksPerRow;
-        bool ok = k_ok && a_rows[j] != nullptr;
-        cp_async_16(a_smem + swizzle(r, chunk), ok ? a_rows[j] + k : a_base, ok);
-      }
-#pragma unroll
-      for (int j = 0; j < kItersB; ++j) {
-        int r = (tid + j * kThreads) / kChunksPerRow;
-        bool ok = k_ok && b_rows[j] != nullptr;
-        cp_async_16(b_smem + swizzle(r, chunk), ok ? b_rows[j] + k : a_base, ok);
-      }
+      loader.load(a_smem, a_smem + kTileABytes, k_tile);
     };
 
     float acc[kAcc];

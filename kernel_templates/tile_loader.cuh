@@ -1,0 +1,105 @@
+// The cp.async feed shared by both grouped GEMMs (grouped_gemm_sm80.cuh, grouped_gemm_sm90.cuh).
+//
+// A block stages BLOCK_M rows of A and BLOCK_N rows of B per K step of 64 elements. Every row is
+// 128 bytes in shared memory with its 16-byte chunks XOR-swizzled by (row % 8): ldmatrix reads it
+// without bank conflicts, and from 1024-byte aligned tiles it is the layout wgmma's 128-byte
+// swizzle descriptors expect. A thread always copies the same chunk column of a few rows, so it
+// finds those rows' sources once, at construction: gathered x rows (kGateUp: pair / (k + S) is the
+// token), h rows in sorted order (kDown), x rows 0..T-1 (kRouter); B rows of the expert's gate and
+// up (kGateUp: of every SLICE consecutive B rows, the first half are gate rows and the second half
+// the up rows of the same output columns, so one warp or warpgroup holds g and u of its columns),
+// down (kDown) or the router (kRouter). Rows past a matrix and the K tail are zero-filled.
+#pragma once
+
+#include "common.cuh"
+
+namespace rt_moe {
+
+enum GemmMode : int { kGateUp = 0, kDown = 1, kRouter = 2 };
+
+template <int H, int I, int E, int SLOTS, int MODE, int BLOCK_M, int BLOCK_N, int THREADS,
+          int SLICE>
+struct TileLoader {
+  static constexpr int kBlockK = 64;
+  static constexpr int kChunksPerRow = kBlockK / 8;      // 16-byte chunks of a 128-byte row
+  static constexpr int kReduce = MODE == kDown ? I : H;  // the GEMM's K
+  static constexpr int kItersA = BLOCK_M * kChunksPerRow / THREADS;
+  static constexpr int kItersB = BLOCK_N * kChunksPerRow / THREADS;
+  static constexpr int kTileABytes = BLOCK_M * kBlockK * 2;
+  static constexpr int kTileBBytes = BLOCK_N * kBlockK * 2;
+  static constexpr int kTiles = (kReduce + kBlockK - 1) / kBlockK;
+
+  static_assert(kItersA >= 1 && kItersA * THREADS == BLOCK_M * kChunksPerRow,
+                "A tile chunks must divide evenly among the threads");
+  static_assert(kItersB >= 1 && kItersB * THREADS == BLOCK_N * kChunksPerRow,
+                "B tile chunks must divide evenly among the threads");
+  static_assert(MODE != kGateUp || SLICE % 2 == 0, "gate and up take half a slice each");
+  static_assert(kReduce % 8 == 0, "K must be a multiple of 8 for 16-byte loads");
+
+  // Byte offset of 16-byte chunk `chunk` of tile row `row`.
+  static __device__ __forceinline__ unsigned swizzle(int row, int chunk) {
+    return (unsigned)(row * kChunksPerRow + (chunk ^ (row & 7))) * 16u;
+  }
+
+  const unsigned short* a_rows[kItersA];
+  const unsigned short* b_rows[kItersB];
+  const unsigned short* fallback;  // a valid address for the zero-filling copies
+  int tid;
+  int chunk;
+
+  __device__ __forceinline__ TileLoader(const GemmParams& p, const ExpertWeights& w, int m0,
+                                        int thread)
+      : fallback(reinterpret_cast<const unsigned short*>(p.a)),
+        tid(thread),
+        chunk(thread % kChunksPerRow) {
+#pragma unroll
+    for (int j = 0; j < kItersA; ++j) {
+      const int r = (tid + j * THREADS) / kChunksPerRow;
+      if (MODE == kRouter) {
+        a_rows[j] = m0 + r < p.tokens ? fallback + (long long)(m0 + r) * H : nullptr;
+      } else {
+        const int pair = p.sorted_rows[m0 + r];
+        const long long row =
+            MODE == kGateUp ? (long long)(pair / SLOTS) * H : (long long)(m0 + r) * I;
+        a_rows[j] = pair >= 0 ? fallback + row : nullptr;
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < kItersB; ++j) {
+      const int r = (tid + j * THREADS) / kChunksPerRow;
+      if (MODE == kGateUp) {
+        const int slice = r / SLICE, q = r % SLICE;
+        const int col = blockIdx.y * (BLOCK_N / 2) + slice * (SLICE / 2) + q % (SLICE / 2);
+        const void* matrix = q < SLICE / 2 ? w.gate : w.up;
+        b_rows[j] = col < I ? reinterpret_cast<const unsigned short*>(matrix) + (long long)col * H
+                            : nullptr;
+      } else {
+        // kDown: n < H rows of down (stride down_ld); kRouter: n < E router rows (stride H).
+        const int n = blockIdx.y * BLOCK_N + r;
+        b_rows[j] = n < (MODE == kDown ? H : E)
+                        ? reinterpret_cast<const unsigned short*>(w.down) + (long long)n * w.down_ld
+                        : nullptr;
+      }
+    }
+  }
+
+  // Issues the cp.async copies of K step `k_tile` into the A and B tiles at these addresses.
+  __device__ __forceinline__ void load(unsigned a_smem, unsigned b_smem, int k_tile) const {
+    const int k = k_tile * kBlockK + chunk * 8;
+    const bool k_ok = k < kReduce;
+#pragma unroll
+    for (int j = 0; j < kItersA; ++j) {
+      const int r = (tid + j * THREADS) / kChunksPerRow;
+      const bool ok = k_ok && a_rows[j] != nullptr;
+      cp_async_16(a_smem + swizzle(r, chunk), ok ? a_rows[j] + k : fallback, ok);
+    }
+#pragma unroll
+    for (int j = 0; j < kItersB; ++j) {
+      const int r = (tid + j * THREADS) / kChunksPerRow;
+      const bool ok = k_ok && b_rows[j] != nullptr;
+      cp_async_16(b_smem + swizzle(r, chunk), ok ? b_rows[j] + k : fallback, ok);
+    }
+  }
+};
+
+}  // namespace rt_moe
