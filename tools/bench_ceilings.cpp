@@ -35,18 +35,7 @@ KernelSpec read_spec() {
 template <typename Body>
 double time_median_ms(CUstream stream, int iters, Body body) {
   for (int i = 0; i < kWarmup; ++i) body();
-  std::vector<driver::Event> starts, stops;
-  for (int i = 0; i < iters; ++i) {
-    starts.push_back(driver::create_event());
-    stops.push_back(driver::create_event());
-    RT_MOE_CALL(cuEventRecord, starts.back().get(), stream);
-    body();
-    RT_MOE_CALL(cuEventRecord, stops.back().get(), stream);
-  }
-  RT_MOE_CALL(cuStreamSynchronize, stream);
-  std::vector<double> ms;
-  for (int i = 0; i < iters; ++i) ms.push_back(driver::elapsed_ms(starts[i].get(), stops[i].get()));
-  return median(ms);
+  return median(time_events_ms(stream, iters, nullptr, body));
 }
 
 // The few cuBLAS entry points the GEMM ceiling needs, resolved from a dlopen'ed libcublas.

@@ -43,4 +43,23 @@ class L2Flush {
 
 double median(std::vector<double> values);
 
+// Times `body` (work it enqueues on `stream`) between two device events, `iters` times; with
+// `flush`, L2 is flushed before each, outside the events. Returns the milliseconds of each run.
+template <typename Body>
+std::vector<double> time_events_ms(CUstream stream, int iters, L2Flush* flush, Body&& body) {
+  std::vector<driver::Event> starts, stops;
+  for (int i = 0; i < iters; ++i) {
+    if (flush != nullptr) (*flush)(stream);
+    starts.push_back(driver::create_event());
+    stops.push_back(driver::create_event());
+    RT_MOE_CALL(cuEventRecord, starts.back().get(), stream);
+    body();
+    RT_MOE_CALL(cuEventRecord, stops.back().get(), stream);
+  }
+  RT_MOE_CALL(cuStreamSynchronize, stream);
+  std::vector<double> ms;
+  for (int i = 0; i < iters; ++i) ms.push_back(driver::elapsed_ms(starts[i].get(), stops[i].get()));
+  return ms;
+}
+
 }  // namespace rt_moe::tools

@@ -22,7 +22,6 @@
 #include <fstream>
 #include <future>
 #include <nlohmann/json.hpp>
-#include <random>
 #include <set>
 #include <vector>
 
@@ -50,7 +49,6 @@ constexpr std::uint64_t kWeightSeed = 20240601;
 struct Options {
   ModelChoice model;
   std::vector<std::int64_t> tokens;
-  std::string dtype;
   bool check = false;
   std::string json_file;
   std::string plot_file;
@@ -143,60 +141,6 @@ double time_launch_us(MoeRuntime& moe, const driver::DeviceBuffer& x, driver::De
   return median(us);
 }
 
-// Tokens whose outputs --check computes on the CPU: all while that costs under ~40 GFLOP, else a
-// random sample that always holds the first and the last token (as tests/gpu/forward_check.h).
-std::vector<std::int64_t> token_sample(const MoeConfig& c, std::int64_t tokens) {
-  const double flops_per_token =
-      6.0 * double(c.top_k + c.n_shared_experts) * double(c.d_hidden) * double(c.d_expert);
-  const std::int64_t budget = std::max<std::int64_t>(64, std::int64_t(40e9 / flops_per_token));
-  std::vector<std::int64_t> all(tokens);
-  for (std::int64_t t = 0; t < tokens; ++t) all[t] = t;
-  if (tokens <= budget) return all;
-  std::mt19937_64 rng(99);
-  std::shuffle(all.begin() + 1, all.end() - 1, rng);
-  std::vector<std::int64_t> sample = {0, tokens - 1};
-  sample.insert(sample.end(), all.begin() + 1, all.begin() + (budget - 1));
-  std::sort(sample.begin(), sample.end());
-  return sample;
-}
-
-struct CheckOutcome {
-  bool pass = false;
-  std::int64_t tokens_checked = 0;
-  std::int64_t nan_rows = 0;
-  test::Comparison comparison;
-};
-
-// The forward's outputs against the CPU reference, computed with the GPU's routing decisions.
-CheckOutcome check_outputs(MoeRuntime& moe, const test::HostWeights& weights,
-                           const std::vector<std::uint16_t>& x, const driver::DeviceBuffer& x_dev,
-                           driver::DeviceBuffer& out_dev, std::int64_t tokens, CUstream stream) {
-  const MoeConfig& c = moe.config();
-  test::ForwardRun run = test::run_forward(moe, x_dev, out_dev, tokens, stream);
-  CheckOutcome outcome;
-  for (std::int64_t t = 0; t < tokens; ++t) {
-    for (std::int64_t n = 0; n < c.d_hidden; ++n) {
-      const float v = test::bits_to_float(c.dtype, run.out[t * c.d_hidden + n]);
-      if (!(v == v)) {
-        ++outcome.nan_rows;
-        break;
-      }
-    }
-  }
-  const std::vector<std::int64_t> sample = token_sample(c, tokens);
-  const std::vector<float> ref =
-      test::reference_forward(c, weights, x, tokens, run.ids, run.weights, sample);
-  std::vector<std::uint16_t> out_sample(sample.size() * c.d_hidden);
-  for (std::size_t i = 0; i < sample.size(); ++i) {
-    std::copy_n(run.out.begin() + sample[i] * c.d_hidden, c.d_hidden,
-                out_sample.begin() + i * c.d_hidden);
-  }
-  outcome.comparison = test::compare(c.dtype, out_sample, ref, c.d_hidden);
-  outcome.tokens_checked = std::int64_t(sample.size());
-  outcome.pass = outcome.comparison.pass && outcome.nan_rows == 0;
-  return outcome;
-}
-
 struct TokenResult {
   std::int64_t tokens = 0;
   std::string plan;
@@ -211,7 +155,7 @@ struct TokenResult {
   double experts_hit_uniform = 0;
   double tflops = 0, gbps = 0, floor_ms = 0, over_floor = 0;
   bool checked = false;
-  CheckOutcome check;
+  test::OutputCheck check;  // with --check: the outputs against the CPU reference
 };
 
 std::int64_t distinct_experts(MoeRuntime& moe) {
@@ -238,21 +182,8 @@ double time_graph_ms(MoeRuntime& moe, const driver::DeviceBuffer& x_dev,
   RT_MOE_CALL(cuGraphInstantiateWithFlags, &raw_exec, graph.get(), 0);
   driver::GraphExec exec(raw_exec);
   RT_MOE_CALL(cuGraphLaunch, exec.get(), stream);  // warm-up
-  std::vector<driver::Event> starts, stops;
-  for (int i = 0; i < options.iters; ++i) {
-    flush(stream);
-    starts.push_back(driver::create_event());
-    stops.push_back(driver::create_event());
-    RT_MOE_CALL(cuEventRecord, starts.back().get(), stream);
-    RT_MOE_CALL(cuGraphLaunch, exec.get(), stream);
-    RT_MOE_CALL(cuEventRecord, stops.back().get(), stream);
-  }
-  RT_MOE_CALL(cuStreamSynchronize, stream);
-  std::vector<double> ms;
-  for (int i = 0; i < options.iters; ++i) {
-    ms.push_back(driver::elapsed_ms(starts[i].get(), stops[i].get()));
-  }
-  return median(ms);
+  return median(time_events_ms(stream, options.iters, &flush,
+                               [&] { RT_MOE_CALL(cuGraphLaunch, exec.get(), stream); }));
 }
 
 TokenResult bench_tokens(MoeRuntime& moe, const test::HostWeights* weights, std::int64_t tokens,
@@ -275,41 +206,15 @@ TokenResult bench_tokens(MoeRuntime& moe, const test::HostWeights* weights, std:
     moe.forward(x_dev.as<const void>(), out_dev.as<void>(), tokens, stream);
   }
 
-  std::vector<driver::Event> starts, stops;
-  for (int i = 0; i < options.iters; ++i) {
-    flush(stream);
-    starts.push_back(driver::create_event());
-    stops.push_back(driver::create_event());
-    RT_MOE_CALL(cuEventRecord, starts.back().get(), stream);
+  const std::vector<double> ms = time_events_ms(stream, options.iters, &flush, [&] {
     moe.forward(x_dev.as<const void>(), out_dev.as<void>(), tokens, stream);
-    RT_MOE_CALL(cuEventRecord, stops.back().get(), stream);
-  }
-  RT_MOE_CALL(cuStreamSynchronize, stream);
-  std::vector<double> ms;
-  for (int i = 0; i < options.iters; ++i) {
-    ms.push_back(driver::elapsed_ms(starts[i].get(), stops[i].get()));
-  }
+  });
   r.ms = median(ms);
   r.ms_min = *std::min_element(ms.begin(), ms.end());
   r.ms_max = *std::max_element(ms.begin(), ms.end());
   r.graph_ms = time_graph_ms(moe, x_dev, out_dev, tokens, options, flush, stream);
-  {
-    std::vector<driver::Event> route_starts, route_stops;
-    for (int i = 0; i < options.iters; ++i) {
-      flush(stream);
-      route_starts.push_back(driver::create_event());
-      route_stops.push_back(driver::create_event());
-      RT_MOE_CALL(cuEventRecord, route_starts.back().get(), stream);
-      moe.route(x_dev.as<const void>(), tokens, stream);
-      RT_MOE_CALL(cuEventRecord, route_stops.back().get(), stream);
-    }
-    RT_MOE_CALL(cuStreamSynchronize, stream);
-    std::vector<double> route_ms;
-    for (int i = 0; i < options.iters; ++i) {
-      route_ms.push_back(driver::elapsed_ms(route_starts[i].get(), route_stops[i].get()));
-    }
-    r.route_ms = median(route_ms);
-  }
+  r.route_ms = median(time_events_ms(stream, options.iters, &flush,
+                                     [&] { moe.route(x_dev.as<const void>(), tokens, stream); }));
 
   const double T = double(tokens), H = double(c.d_hidden), I = double(c.d_expert);
   const double E = double(c.n_routed_experts), S = double(c.n_shared_experts);
@@ -326,14 +231,15 @@ TokenResult bench_tokens(MoeRuntime& moe, const test::HostWeights* weights, std:
 
   if (weights != nullptr) {
     r.checked = true;
-    r.check = check_outputs(moe, *weights, x, x_dev, out_dev, tokens, stream);
+    const test::ForwardRun run = test::run_forward(moe, x_dev, out_dev, tokens, stream);
+    r.check = test::check_outputs(c, *weights, x, tokens, run);
   }
   return r;
 }
 
 std::string check_cell(const TokenResult& r) {
   if (!r.checked) return "-";
-  return fmt::format("{} {:.1e}", r.check.pass ? "PASS" : "FAIL", r.check.comparison.rel_l2);
+  return fmt::format("{} {:.1e}", r.check.pass() ? "PASS" : "FAIL", r.check.comparison.rel_l2);
 }
 
 json result_json(const TokenResult& r) {
@@ -356,7 +262,7 @@ json result_json(const TokenResult& r) {
             {"floor_ms", r.floor_ms},
             {"time_over_floor", r.over_floor}};
   if (r.checked) {
-    j["check"] = {{"pass", r.check.pass},
+    j["check"] = {{"pass", r.check.pass()},
                   {"rel_l2", r.check.comparison.rel_l2},
                   {"max_abs_err", r.check.comparison.max_abs_err},
                   {"bad_elements", r.check.comparison.bad},
@@ -370,10 +276,8 @@ json result_json(const TokenResult& r) {
 }
 
 int bench(const Options& options) {
-  ModelConfig model = options.model.load();
-  MoeConfig config = model.moe;
-  if (!options.dtype.empty()) config.dtype = parse_dtype(options.dtype);
-  config.validate();
+  const ModelConfig model = options.model.load();
+  const MoeConfig& config = model.moe;
   // Opened now, so an unwritable path fails before minutes of work, not after.
   std::ofstream json_out;
   if (!options.json_file.empty()) {
@@ -502,7 +406,7 @@ int bench(const Options& options) {
     std::printf("%8lld %10.4f %10.4f %9.1f %9.0f %10.4f %11.2f %10s %9.4f  %s\n",
                 (long long)r.tokens, r.ms, r.graph_ms, r.tflops, r.gbps, r.floor_ms, r.over_floor,
                 tuned.c_str(), r.route_ms, check_cell(r).c_str());
-    all_pass = all_pass && (!r.checked || r.check.pass);
+    all_pass = all_pass && (!r.checked || r.check.pass());
   }
 
   if (!options.json_file.empty()) {
@@ -572,8 +476,6 @@ int main(int argc, char** argv) {
                  "model's max_tokens)")
       ->delimiter(',')
       ->check(CLI::Range(std::int64_t(1), std::int64_t(1) << 24));
-  app.add_option("--dtype", options.dtype, "Activation and weight dtype (default: the model's)")
-      ->check(CLI::IsMember({"bf16", "fp16"}));
   app.add_flag("--check", options.check,
                "Check each T's outputs against the CPU reference on a sample of tokens");
   app.add_option("--json", options.json_file, "Write every number to this JSON file");

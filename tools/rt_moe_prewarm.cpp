@@ -37,7 +37,6 @@ namespace {
 struct Options {
   ModelChoice model;
   std::string arch;
-  std::string dtype;
   std::int64_t max_tokens = 0;  // 0: the model's
   int jobs = 0;                 // 0: one per hardware thread
   std::string cache_dir;
@@ -157,10 +156,8 @@ int prewarm(const Options& options) {
   if (!options.cache_dir.empty() && setenv("RT_MOE_CACHE_DIR", options.cache_dir.c_str(), 1) != 0) {
     throw UsageError(fmt::format("cannot set RT_MOE_CACHE_DIR to '{}'", options.cache_dir));
   }
-  ModelConfig model = options.model.load();
-  MoeConfig config = model.moe;
-  if (!options.dtype.empty()) config.dtype = parse_dtype(options.dtype);
-  config.validate();
+  const ModelConfig model = options.model.load();
+  const MoeConfig& config = model.moe;
   const std::int64_t max_tokens = options.max_tokens > 0 ? options.max_tokens : model.max_tokens;
   const std::string arch = pick_arch(options.arch);
   std::string why;
@@ -230,8 +227,6 @@ int main(int argc, char** argv) {
   app.add_option("--arch", options.arch,
                  "Compile target, e.g. sm_90a (default: GPU 0's exact arch; required without a "
                  "GPU)");
-  app.add_option("--dtype", options.dtype, "Activation and weight dtype (default: the model's)")
-      ->check(CLI::IsMember({"bf16", "fp16"}));
   app.add_option("--max-tokens", options.max_tokens,
                  "Largest forward to prepare for (default: the model's max_tokens)")
       ->check(CLI::Range(std::int64_t(1), std::int64_t(1) << 24));

@@ -38,6 +38,8 @@ void ModelChoice::add_options(CLI::App& app) {
       app.add_option("--config", config_file, "Model config JSON file (the presets' schema)");
   preset_option->excludes(config_option);
   config_option->excludes(preset_option);
+  app.add_option("--dtype", dtype, "Activation and weight dtype (default: the model's)")
+      ->check(CLI::IsMember({"bf16", "fp16"}));
 }
 
 ModelConfig ModelChoice::load() const {
@@ -45,7 +47,10 @@ ModelConfig ModelChoice::load() const {
     throw UsageError("give exactly one of --preset NAME or --config FILE (presets: " +
                      fmt::format("{}", fmt::join(preset_names(), ", ")) + ")");
   }
-  return preset.empty() ? load_config_file(config_file) : rt_moe::preset(preset);
+  ModelConfig model = preset.empty() ? load_config_file(config_file) : rt_moe::preset(preset);
+  if (!dtype.empty()) model.moe.dtype = parse_dtype(dtype);
+  model.moe.validate();
+  return model;
 }
 
 }  // namespace rt_moe::tools

@@ -1,5 +1,5 @@
-// What rt_moe_prewarm and rt_moe_bench share: exit codes, the --preset/--config choice, and the
-// wrapper that turns every exception into a message and an exit code (never a crash).
+// What rt_moe_prewarm and rt_moe_bench share: exit codes, the --preset/--config/--dtype choice,
+// and the wrapper that turns every exception into a message and an exit code (never a crash).
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -26,12 +26,14 @@ class UsageError : public std::runtime_error {
 // 2, any other exception 1; each prints "<tool>: <message>" on stderr.
 int run_tool(CLI::App& app, int argc, char** argv, const std::function<int()>& body);
 
-// --preset NAME | --config FILE, one of them required; the options are added to `app`.
+// --preset NAME | --config FILE, one of them required, and --dtype to override the model's; the
+// options are added to `app`.
 struct ModelChoice {
   std::string preset;
   std::string config_file;
+  std::string dtype;  // empty: the model's
   void add_options(CLI::App& app);
-  ModelConfig load() const;
+  ModelConfig load() const;  // with dtype applied and the layer validated
 };
 
 }  // namespace rt_moe::tools

@@ -1,44 +1,26 @@
 // The cubin cache on one directory: memory and disk hits, misses on any changed input, recovery
 // from damaged entries, and degradation when the directory cannot be used. Every test asserts the
 // hit and miss counts.
-#include <spdlog/sinks/base_sink.h>
 #include <unistd.h>
 #include <catch2/catch.hpp>
 
-#include <algorithm>
-#include <atomic>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <random>
 
 #include "base/env.h"
-#include "base/log.h"
 #include "disk_cache.h"
 #include "entry.h"
+#include "test_util.h"
 
 namespace fs = std::filesystem;
 using namespace rt_moe::cache;
+using rt_moe::test::read_bytes;
+using rt_moe::test::TempDir;
+using rt_moe::test::Warnings;
+using rt_moe::test::write_bytes;
 
 namespace {
-
-class TempDir {
- public:
-  TempDir() {
-    std::string path = (fs::temp_directory_path() / "rt_moe_cache_XXXXXX").string();
-    REQUIRE(::mkdtemp(path.data()) != nullptr);
-    path_ = path;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::permissions(path_, fs::perms::owner_all, fs::perm_options::add, ec);
-    fs::remove_all(path_, ec);
-  }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
 
 // A stand-in for a cubin: the ELF magic, then bytes that depend on `tag`.
 std::string fake_cubin(std::string_view tag, std::size_t size = 3000) {
@@ -47,43 +29,6 @@ std::string fake_cubin(std::string_view tag, std::size_t size = 3000) {
   while (bytes.size() < size) bytes.push_back(static_cast<char>(random()));
   return bytes;
 }
-
-std::string read_bytes(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
-void write_bytes(const fs::path& path, std::string_view bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-  REQUIRE(out.good());
-}
-
-// Counts the warnings of the rt_moe logger while it lives.
-class WarningCounter {
- public:
-  WarningCounter() : level_(rt_moe::log().level()) {
-    rt_moe::log().sinks().push_back(sink_);
-    if (level_ > spdlog::level::warn) rt_moe::log().set_level(spdlog::level::warn);
-  }
-  ~WarningCounter() {
-    auto& sinks = rt_moe::log().sinks();
-    sinks.erase(std::remove(sinks.begin(), sinks.end(), sink_), sinks.end());
-    rt_moe::log().set_level(level_);
-  }
-  int count() const { return sink_->warnings; }
-
- private:
-  struct Sink : spdlog::sinks::base_sink<std::mutex> {
-    std::atomic<int> warnings{0};
-    void sink_it_(const spdlog::details::log_msg& msg) override {
-      if (msg.level >= spdlog::level::warn) ++warnings;
-    }
-    void flush_() override {}
-  };
-  std::shared_ptr<Sink> sink_ = std::make_shared<Sink>();
-  spdlog::level::level_enum level_;
-};
 
 // A compile function that counts its calls.
 struct FakeCompiler {
@@ -226,7 +171,7 @@ TEST_CASE("cache: a damaged entry is detected, removed and recompiled", "[cache]
     fs::copy_file(path_b, path_a, fs::copy_options::overwrite_existing);
   }
 
-  WarningCounter warnings;
+  Warnings warnings;
   CubinCache reader(options_for(tmp.path()));
   FakeCompiler compile{"A"};
   const Lookup lookup = reader.get_or_compile(a, std::ref(compile));
@@ -272,7 +217,7 @@ TEST_CASE("cache: an unusable directory degrades to memory only with one warning
   SECTION("the directory is a file") { dir = (tmp.path() / "file").string(); }
   SECTION("no directory at all") { dir = ""; }
 
-  WarningCounter warnings;
+  Warnings warnings;
   CubinCache cache(CacheOptions{dir});
   REQUIRE_FALSE(cache.persistent());
   const Preimage a = Preimage().add("source", "kernel A");
@@ -301,7 +246,7 @@ TEST_CASE("cache: a read-only directory degrades to memory only", "[cache]") {
   const fs::path dir = tmp.path() / "ro";
   fs::create_directories(dir);
   fs::permissions(dir, fs::perms::owner_read | fs::perms::owner_exec);
-  WarningCounter warnings;
+  Warnings warnings;
   CubinCache cache(options_for(dir));
   REQUIRE_FALSE(cache.persistent());
   const Preimage a = Preimage().add("source", "kernel A");
@@ -314,7 +259,7 @@ TEST_CASE("cache: a read-only directory degrades to memory only", "[cache]") {
 
 TEST_CASE("cache: disabled writes nothing to disk", "[cache]") {
   TempDir tmp;
-  WarningCounter warnings;
+  Warnings warnings;
   CubinCache cache(CacheOptions{tmp.path().string(), /*disabled=*/true});
   REQUIRE_FALSE(cache.persistent());
   const Preimage a = Preimage().add("source", "kernel A");
@@ -349,7 +294,7 @@ TEST_CASE("cache: a directory deleted mid-run is recreated, a blocked one is a s
   // Now a regular file where the directory was: the store fails, the binary is still returned.
   fs::remove_all(dir);
   write_bytes(dir, "in the way");
-  WarningCounter warnings;
+  Warnings warnings;
   const Preimage b = Preimage().add("source", "kernel B");
   const Preimage c = Preimage().add("source", "kernel C");
   REQUIRE(*cache.get_or_compile(b, FakeCompiler{"B"}).binary == fake_cubin("B"));

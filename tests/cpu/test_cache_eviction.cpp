@@ -1,6 +1,5 @@
 // The LRU bound on the cache directory: the oldest entries go first, a disk hit makes an entry
 // young again, the entry just stored always stays, and stale staging files are cleaned up.
-#include <stdlib.h>
 #include <catch2/catch.hpp>
 
 #include <chrono>
@@ -10,28 +9,13 @@
 
 #include "disk_cache.h"
 #include "entry.h"
+#include "test_util.h"
 
 namespace fs = std::filesystem;
 using namespace rt_moe::cache;
+using rt_moe::test::TempDir;
 
 namespace {
-
-class TempDir {
- public:
-  TempDir() {
-    std::string path = (fs::temp_directory_path() / "rt_moe_cache_XXXXXX").string();
-    REQUIRE(::mkdtemp(path.data()) != nullptr);
-    path_ = path;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
 
 constexpr std::size_t kPayloadBytes = 1000;
 

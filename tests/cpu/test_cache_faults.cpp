@@ -2,7 +2,6 @@
 // binary is still returned, and no partial entry or staging file is left behind. Needs a small
 // tmpfs, so it runs as root (or with CAP_SYS_ADMIN) and warns and does nothing otherwise.
 #include <fcntl.h>
-#include <stdlib.h>
 #include <sys/mount.h>
 #include <unistd.h>
 
@@ -14,6 +13,7 @@
 #include <vector>
 
 #include "disk_cache.h"
+#include "test_util.h"
 
 namespace fs = std::filesystem;
 using namespace rt_moe::cache;
@@ -24,26 +24,21 @@ namespace {
 class SmallTmpfs {
  public:
   SmallTmpfs() {
-    std::string path = (fs::temp_directory_path() / "rt_moe_cache_full_XXXXXX").string();
-    REQUIRE(::mkdtemp(path.data()) != nullptr);
-    path_ = path;
-    if (::mount("tmpfs", path_.c_str(), "tmpfs", 0, "size=64k") == 0) {
+    if (::mount("tmpfs", path().c_str(), "tmpfs", 0, "size=64k") == 0) {
       mounted_ = true;
     } else {
       why_ = std::strerror(errno);
     }
   }
   ~SmallTmpfs() {
-    if (mounted_) ::umount2(path_.c_str(), MNT_DETACH);
-    std::error_code ec;
-    fs::remove_all(path_, ec);
+    if (mounted_) ::umount2(path().c_str(), MNT_DETACH);
   }
   bool mounted() const { return mounted_; }
   const std::string& why() const { return why_; }
-  const fs::path& path() const { return path_; }
+  const fs::path& path() const { return dir_.path(); }
 
  private:
-  fs::path path_;
+  rt_moe::test::TempDir dir_;  // removed after the unmount
   bool mounted_ = false;
   std::string why_;
 };

@@ -5,8 +5,6 @@
 // (docs/CACHE.md, "Size bound").
 #include <fcntl.h>
 #include <signal.h>
-#include <spawn.h>
-#include <stdlib.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 
@@ -29,42 +27,18 @@
 #include "entry.h"
 #include "eviction.h"
 #include "file_ops.h"
-
-extern char** environ;
+#include "test_util.h"
 
 namespace fs = std::filesystem;
 using namespace rt_moe::cache;
 using rt_moe::cache::test::child_payload;
 using rt_moe::cache::test::child_preimage;
+using rt_moe::test::read_bytes;
+using rt_moe::test::spawn;
+using rt_moe::test::TempDir;
+using rt_moe::test::wait_for;
 
 namespace {
-
-class TempDir {
- public:
-  TempDir() {
-    std::string path = (fs::temp_directory_path() / "rt_moe_cache_stress_XXXXXX").string();
-    REQUIRE(::mkdtemp(path.data()) != nullptr);
-    path_ = path;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
-
-pid_t spawn(const std::vector<std::string>& args) {
-  std::vector<char*> argv;
-  for (const std::string& arg : args) argv.push_back(const_cast<char*>(arg.c_str()));
-  argv.push_back(nullptr);
-  pid_t pid = -1;
-  const int rc = ::posix_spawn(&pid, argv[0], nullptr, nullptr, argv.data(), environ);
-  REQUIRE(rc == 0);
-  return pid;
-}
 
 // Kills and reaps, when the test ends early, every child it did not wait for.
 class ChildGuard {
@@ -86,12 +60,6 @@ class ChildGuard {
   std::vector<pid_t> pids_;
 };
 
-int wait_for(pid_t pid) {
-  int status = 0;
-  REQUIRE(::waitpid(pid, &status, 0) == pid);
-  return status;
-}
-
 struct Listing {
   std::vector<fs::path> entries;  // "<key>.cubin"
   std::vector<fs::path> staging;  // ".<name>.<pid>.<thread>.<random>.tmp"
@@ -112,11 +80,6 @@ Listing list(const fs::path& dir) {
     }
   }
   return listing;
-}
-
-std::string read_bytes(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
 }  // namespace

@@ -1,6 +1,5 @@
 // Threads of one process sharing a CubinCache: one compile per key at a time, different keys in
 // parallel, and compile errors delivered to every waiter without being cached.
-#include <stdlib.h>
 #include <catch2/catch.hpp>
 
 #include <atomic>
@@ -15,28 +14,13 @@
 #include "disk_cache.h"
 #include "entry.h"
 #include "rt_moe/error.h"
+#include "test_util.h"
 
 namespace fs = std::filesystem;
 using namespace rt_moe::cache;
+using rt_moe::test::TempDir;
 
 namespace {
-
-class TempDir {
- public:
-  TempDir() {
-    std::string path = (fs::temp_directory_path() / "rt_moe_cache_XXXXXX").string();
-    REQUIRE(::mkdtemp(path.data()) != nullptr);
-    path_ = path;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
 
 std::string fake_cubin(char fill) {
   std::string bytes(kElfMagic);

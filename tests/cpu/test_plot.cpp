@@ -18,28 +18,13 @@
 #include "plot.h"
 #include "png_writer.h"
 #include "rt_moe/error.h"
+#include "test_util.h"
 
 namespace rt_moe::tools {
 namespace {
 
 namespace fs = std::filesystem;
-
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = (fs::temp_directory_path() / "rt_moe_test_plot_XXXXXX").string();
-    REQUIRE(mkdtemp(pattern.data()) != nullptr);
-    path_ = pattern;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
+using test::TempDir;
 
 std::string read_file(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);

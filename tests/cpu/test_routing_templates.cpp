@@ -7,41 +7,19 @@
 #include <utility>
 #include <vector>
 
-#include "compiler.h"
 #include "kernels.h"
+#include "nvrtc_sm90a.h"
+#include "reference.h"
 #include "rt_moe/presets.h"
 #include "specs.h"
 
 namespace rt_moe {
 namespace {
 
-bool is_elf(const std::string& bytes) {
-  return bytes.size() > 4 && bytes.compare(0, 4,
-                                           "\x7f"
-                                           "ELF") == 0;
-}
-
-std::string compile_for_sm90a(const KernelSpec& spec) {
-  nvrtc::Request request;
-  request.name = spec.name();
-  request.source = spec.source();
-  request.arch = "sm_90a";
-  request.name_expressions = {std::string("&") + kMetaName};
-  return nvrtc::compile(request).cubin;
-}
-
 // DeepSeek-V2's routing (softmax, 8 groups keep 3 by max, x16) on a small shape, in fp16.
 MoeConfig deepseek_v2_style() {
-  MoeConfig c{.d_hidden = 1032,
-              .d_expert = 200,
-              .n_routed_experts = 64,
-              .n_shared_experts = 1,
-              .top_k = 6,
-              .dtype = DType::kF16};
-  c.routing.n_group = 8;
-  c.routing.topk_group = 3;
-  c.routing.group_score = RoutingConfig::GroupScore::kMax;
-  c.routing.routed_scaling_factor = 16.0f;
+  MoeConfig c = test::make_config(1032, 200, 64, 1, 6, DType::kF16);
+  c.routing = test::deepseek_v2_routing();
   return c;
 }
 

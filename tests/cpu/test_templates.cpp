@@ -4,42 +4,15 @@
 
 #include <string>
 
-#include "compiler.h"
 #include "kernels.h"
+#include "nvrtc_sm90a.h"
+#include "reference.h"
 #include "rt_moe/error.h"
 #include "specs.h"
 
 namespace rt_moe {
-namespace {
 
-MoeConfig make_config(std::int64_t H, std::int64_t I, std::int64_t E, std::int64_t S,
-                      std::int64_t k, DType dtype) {
-  MoeConfig c;
-  c.d_hidden = H;
-  c.d_expert = I;
-  c.n_routed_experts = E;
-  c.n_shared_experts = S;
-  c.top_k = k;
-  c.dtype = dtype;
-  return c;
-}
-
-bool is_elf(const std::string& bytes) {
-  return bytes.size() > 4 && bytes.compare(0, 4,
-                                           "\x7f"
-                                           "ELF") == 0;
-}
-
-std::string compile_for_sm90a(const KernelSpec& spec) {
-  nvrtc::Request request;
-  request.name = spec.name();
-  request.source = spec.source();
-  request.arch = "sm_90a";
-  request.name_expressions = {std::string("&") + kMetaName};
-  return nvrtc::compile(request).cubin;
-}
-
-}  // namespace
+using test::make_config;
 
 TEST_CASE("every kernel template compiles for sm_90a (DeepSeek-V3 shape, all tiles)", "[nvrtc]") {
   for (DType dtype : {DType::kBF16, DType::kF16}) {

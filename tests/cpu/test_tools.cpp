@@ -16,11 +16,14 @@
 #include "compiler.h"
 #include "driver.h"
 #include "kernels.h"
+#include "nvrtc_sm90a.h"
+#include "test_util.h"
 
 namespace rt_moe {
 namespace {
 
 namespace fs = std::filesystem;
+using test::TempDir;
 
 struct ToolRun {
   int exit_code = -1;
@@ -55,23 +58,6 @@ Summary parse_summary(const std::string& output) {
   REQUIRE(std::regex_search(output, match, kLine));
   return {std::stoi(match[1]), std::stoi(match[2]), std::stoi(match[3])};
 }
-
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = (fs::temp_directory_path() / "rt_moe_test_tools_XXXXXX").string();
-    REQUIRE(mkdtemp(pattern.data()) != nullptr);
-    path_ = pattern;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
 
 }  // namespace
 
@@ -218,12 +204,7 @@ TEST_CASE("tools: the benchmark's read kernel (bench.cuh) compiles for sm_90a", 
   // The spec rt_moe_bench's HBM ceiling uses (tools/bench_ceilings.cpp).
   const KernelSpec spec{"bench", "bench.cuh", "rt_moe::ReadBandwidth<256, 4>",
                         "rt_moe::ReadParams"};
-  nvrtc::Request request;
-  request.name = spec.name();
-  request.source = spec.source();
-  request.arch = "sm_90a";
-  request.name_expressions = {std::string("&") + kMetaName};
-  const std::string cubin = nvrtc::compile(request).cubin;
+  const std::string cubin = compile_for_sm90a(spec);
   CHECK(cubin.compare(0, 4,
                       "\x7f"
                       "ELF") == 0);

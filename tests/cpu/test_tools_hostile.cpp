@@ -4,41 +4,21 @@
 // --max-tokens 0, --dtype fp8, malformed JSON, an unknown key).
 #ifdef RT_MOE_TOOLS_DIR
 
-#include <fcntl.h>
-#include <spawn.h>
-#include <stdlib.h>
 #include <sys/wait.h>
 
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
-#include <iterator>
 #include <string>
 #include <vector>
 
-extern char** environ;
+#include "test_util.h"
 
 namespace rt_moe {
 namespace {
 
 namespace fs = std::filesystem;
-
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = (fs::temp_directory_path() / "rt_moe_tools_hostile_XXXXXX").string();
-    REQUIRE(mkdtemp(pattern.data()) != nullptr);
-    path_ = pattern;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
+using test::TempDir;
 
 struct Outcome {
   int status = 0;      // as waitpid() gives it
@@ -47,25 +27,12 @@ struct Outcome {
 
 // Runs rt_moe_prewarm with `args` (no shell), its output going to a file in `dir`.
 Outcome prewarm(const std::vector<std::string>& args, const fs::path& dir) {
-  std::vector<std::string> argv_strings = {std::string(RT_MOE_TOOLS_DIR) + "/rt_moe_prewarm"};
-  argv_strings.insert(argv_strings.end(), args.begin(), args.end());
-  std::vector<char*> argv;
-  for (std::string& arg : argv_strings) argv.push_back(arg.data());
-  argv.push_back(nullptr);
-
+  std::vector<std::string> argv = {std::string(RT_MOE_TOOLS_DIR) + "/rt_moe_prewarm"};
+  argv.insert(argv.end(), args.begin(), args.end());
   const fs::path log = dir / "output.log";
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_adddup2(&actions, 1, 2);
-  pid_t pid = -1;
-  const int rc = posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
-  REQUIRE(rc == 0);
   Outcome outcome;
-  REQUIRE(waitpid(pid, &outcome.status, 0) == pid);
-  std::ifstream in(log, std::ios::binary);
-  outcome.output.assign(std::istreambuf_iterator<char>(in), {});
+  outcome.status = test::wait_for(test::spawn(argv, log));
+  outcome.output = test::read_bytes(log);
   return outcome;
 }
 

@@ -1,17 +1,12 @@
 // The tuning store: round trips through the file, best and failed candidates, merging, files from
 // another setup, corrupt files, processes and threads recording at once, and locations that cannot
 // be written. Every test counts the warnings it expects.
-#include <spawn.h>
-#include <spdlog/sinks/base_sink.h>
-#include <stdlib.h>
-#include <sys/wait.h>
 #include <catch2/catch.hpp>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <limits>
 #include <mutex>
 #include <string>
@@ -20,10 +15,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "base/log.h"
+#include "test_util.h"
 #include "tuning_store.h"
-
-extern char** environ;
 
 // Readable failures: Catch prints these instead of {?}.
 namespace Catch {
@@ -47,73 +40,17 @@ struct StringMaker<rt_moe::cache::TuningRecord> {
 namespace fs = std::filesystem;
 using nlohmann::json;
 using namespace rt_moe::cache;
+using rt_moe::test::read_bytes;
+using rt_moe::test::run_together;
+using rt_moe::test::TempDir;
+using rt_moe::test::Warnings;
+using rt_moe::test::write_bytes;
 
 namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-class TempDir {
- public:
-  TempDir() {
-    std::string path = (fs::temp_directory_path() / "rt_moe_tuning_XXXXXX").string();
-    REQUIRE(::mkdtemp(path.data()) != nullptr);
-    path_ = path;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
-
-std::string read_bytes(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
-void write_bytes(const fs::path& path, std::string_view bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-  REQUIRE(out.good());
-}
-
 json read_json(const fs::path& path) { return json::parse(read_bytes(path)); }
-
-// Collects the warnings of the rt_moe logger while it lives.
-class Warnings {
- public:
-  Warnings() : level_(rt_moe::log().level()) {
-    rt_moe::log().sinks().push_back(sink_);
-    if (level_ > spdlog::level::warn) rt_moe::log().set_level(spdlog::level::warn);
-  }
-  ~Warnings() {
-    auto& sinks = rt_moe::log().sinks();
-    sinks.erase(std::remove(sinks.begin(), sinks.end(), sink_), sinks.end());
-    rt_moe::log().set_level(level_);
-  }
-  std::vector<std::string> messages() const {
-    std::lock_guard lock(sink_->messages_mutex);
-    return sink_->messages;
-  }
-  std::size_t count() const { return messages().size(); }
-
- private:
-  struct Sink : spdlog::sinks::base_sink<std::mutex> {
-    mutable std::mutex messages_mutex;
-    std::vector<std::string> messages;
-    void sink_it_(const spdlog::details::log_msg& msg) override {
-      if (msg.level < spdlog::level::warn) return;
-      std::lock_guard lock(messages_mutex);
-      messages.emplace_back(msg.payload.data(), msg.payload.size());
-    }
-    void flush_() override {}
-  };
-  std::shared_ptr<Sink> sink_ = std::make_shared<Sink>();
-  spdlog::level::level_enum level_;
-};
 
 // Must match tests/helpers/tuning_child.cpp.
 TuningMetadata h200() { return {"NVIDIA H200", 132, 12080, "12.8", "0.1.0"}; }
@@ -135,16 +72,6 @@ std::int64_t unix_now() {
   return std::chrono::duration_cast<std::chrono::seconds>(
              std::chrono::system_clock::now().time_since_epoch())
       .count();
-}
-
-pid_t spawn(const std::vector<std::string>& args) {
-  std::vector<char*> argv;
-  for (const std::string& arg : args) argv.push_back(const_cast<char*>(arg.c_str()));
-  argv.push_back(nullptr);
-  pid_t pid = -1;
-  const int rc = ::posix_spawn(&pid, argv[0], nullptr, nullptr, argv.data(), environ);
-  REQUIRE(rc == 0);
-  return pid;
 }
 
 }  // namespace
@@ -387,19 +314,12 @@ TEST_CASE("tuning store: processes recording at once all end up in the file", "[
   const fs::path file = tmp.path() / "cache" / "tuning.json";
   const fs::path go = tmp.path() / "go";
 
-  std::vector<pid_t> children;
+  std::vector<std::vector<std::string>> children;
   for (int id = 0; id < kProcesses; ++id) {
     children.push_back(
-        spawn({child, file.string(), std::to_string(id), std::to_string(kProblems), go.string()}));
+        {child, file.string(), std::to_string(id), std::to_string(kProblems), go.string()});
   }
-  std::ofstream(go) << "go";
-  for (pid_t pid : children) {
-    int status = 0;
-    REQUIRE(::waitpid(pid, &status, 0) == pid);
-    INFO("child " << pid << " status " << status);
-    REQUIRE(WIFEXITED(status));
-    REQUIRE(WEXITSTATUS(status) == 0);
-  }
+  run_together(children, go);
 
   Warnings warnings;
   TuningStore store(file, h200());

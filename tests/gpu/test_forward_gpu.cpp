@@ -121,14 +121,6 @@ TEST_CASE("bad arguments give clear errors", "[forward]") {
   MoeConfig c = make_config(256, 64, 8, 1, 2, DType::kBF16);
   MoeRuntime moe(c);
   driver::DeviceBuffer x_dev(64 * 256 * 2), out_dev(64 * 256 * 2);
-  auto code_of = [](auto&& call) {
-    try {
-      call();
-    } catch (const Error& e) {
-      return e.code();
-    }
-    return ErrorCode::kInternal;  // nothing thrown
-  };
   CHECK(code_of([&] { moe.forward(x_dev.as<void>(), out_dev.as<void>(), 4, nullptr); }) ==
         ErrorCode::kInvalidArgument);  // before prepare
   MoeWeights w;

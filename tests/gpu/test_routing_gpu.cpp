@@ -45,10 +45,7 @@ void check_weight_sums(const MoeConfig& c, const ForwardRun& run, std::int64_t t
 // with H and I that are no multiple of any tile.
 MoeConfig deepseek_v2_style(DType dtype) {
   MoeConfig c = make_config(1032, 200, 64, 2, 6, dtype);
-  c.routing.n_group = 8;
-  c.routing.topk_group = 3;
-  c.routing.group_score = RoutingConfig::GroupScore::kMax;
-  c.routing.routed_scaling_factor = 16.0f;
+  c.routing = deepseek_v2_routing();
   return c;
 }
 
@@ -168,14 +165,6 @@ TEST_CASE("routing: prepare() needs a 16-byte aligned router_bias when the confi
   HostWeights host = random_weights(c, 1);
   DeviceWeights dw = upload(host);
   MoeRuntime moe(c);
-  auto code_of = [](auto&& call) {
-    try {
-      call();
-    } catch (const Error& e) {
-      return e.code();
-    }
-    return ErrorCode::kInternal;  // nothing thrown
-  };
   MoeWeights w = dw.view();
   REQUIRE(w.router_bias != nullptr);
   CHECK_NOTHROW(moe.prepare(w));

@@ -1,6 +1,29 @@
 #include "gpu_harness.h"
 
+#include <algorithm>
+#include <random>
+
 namespace rt_moe::test {
+namespace {
+
+// Tokens whose outputs the CPU reference computes: all of them while that costs under ~40 GFLOP,
+// else a random sample (the same every run) that always includes the first and the last token.
+std::vector<std::int64_t> token_sample(const MoeConfig& c, std::int64_t tokens) {
+  const double flops_per_token =
+      6.0 * double(c.top_k + c.n_shared_experts) * double(c.d_hidden) * double(c.d_expert);
+  const std::int64_t budget = std::max<std::int64_t>(64, std::int64_t(40e9 / flops_per_token));
+  std::vector<std::int64_t> all(tokens);
+  for (std::int64_t t = 0; t < tokens; ++t) all[t] = t;
+  if (tokens <= budget) return all;
+  std::mt19937_64 rng(99);
+  std::shuffle(all.begin() + 1, all.end() - 1, rng);
+  std::vector<std::int64_t> sample = {0, tokens - 1};
+  sample.insert(sample.end(), all.begin() + 1, all.begin() + (budget - 1));
+  std::sort(sample.begin(), sample.end());
+  return sample;
+}
+
+}  // namespace
 
 void use_primary_context() {
   static driver::PrimaryContext context(0);
@@ -59,6 +82,32 @@ ForwardRun run_forward(MoeRuntime& moe, const driver::DeviceBuffer& x, driver::D
                 reinterpret_cast<CUdeviceptr>(routing.topk_weights), run.weights.size() * 4);
   }
   return run;
+}
+
+OutputCheck check_outputs(const MoeConfig& c, const HostWeights& weights,
+                          std::span<const std::uint16_t> x, std::int64_t tokens,
+                          const ForwardRun& run, double atol) {
+  OutputCheck check;
+  for (std::int64_t t = 0; t < tokens; ++t) {
+    for (std::int64_t n = 0; n < c.d_hidden; ++n) {
+      const float v = bits_to_float(c.dtype, run.out[t * c.d_hidden + n]);
+      if (!(v == v)) {
+        ++check.nan_rows;
+        break;
+      }
+    }
+  }
+  const std::vector<std::int64_t> sample = token_sample(c, tokens);
+  const std::vector<float> ref =
+      reference_forward(c, weights, x, tokens, run.ids, run.weights, sample);
+  std::vector<std::uint16_t> out_sample(sample.size() * c.d_hidden);
+  for (std::size_t i = 0; i < sample.size(); ++i) {
+    std::copy_n(run.out.begin() + sample[i] * c.d_hidden, c.d_hidden,
+                out_sample.begin() + i * c.d_hidden);
+  }
+  check.comparison = compare(c.dtype, out_sample, ref, c.d_hidden, atol, 1e-2);
+  check.tokens_checked = std::int64_t(sample.size());
+  return check;
 }
 
 }  // namespace rt_moe::test

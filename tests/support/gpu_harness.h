@@ -1,8 +1,10 @@
 // Device-side helpers shared by the GPU tests and the benchmark: weights uploaded from the CPU
-// reference's host copies, and a forward run that poisons the output first and downloads it.
+// reference's host copies, a forward run that poisons the output first and downloads it, and the
+// check of its outputs against the CPU reference.
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "driver.h"
@@ -36,5 +38,20 @@ struct ForwardRun {
 // Poisons `out`, runs the forward on `stream`, synchronizes and downloads out and the routing.
 ForwardRun run_forward(MoeRuntime& moe, const driver::DeviceBuffer& x, driver::DeviceBuffer& out,
                        std::int64_t tokens, CUstream stream);
+
+struct OutputCheck {
+  std::int64_t nan_rows = 0;        // rows holding NaN (unwritten or wrong), of all T rows
+  std::int64_t tokens_checked = 0;  // rows compared with the reference
+  Comparison comparison;
+  bool pass() const { return nan_rows == 0 && comparison.pass; }
+};
+
+// The outputs of `run` (a forward of `x`, [T, H]) against the CPU reference computed with the
+// run's own routing decisions. Every row is scanned for NaN, which is what the poison turns an
+// unwritten element into; the reference computes all rows while that costs under ~40 GFLOP, else
+// a fixed random sample that always holds the first and the last token. `atol` as in compare().
+OutputCheck check_outputs(const MoeConfig& config, const HostWeights& weights,
+                          std::span<const std::uint16_t> x, std::int64_t tokens,
+                          const ForwardRun& run, double atol = 1e-2);
 
 }  // namespace rt_moe::test

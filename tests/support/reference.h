@@ -56,6 +56,28 @@ HostWeights random_weights(const MoeConfig& config, std::uint64_t seed);
 std::vector<std::uint16_t> random_activations(const MoeConfig& config, std::int64_t tokens,
                                               std::uint64_t seed);  // [T, H] ~ randn
 
+// A layer of shape (H, I, E, S, k) with the reference's default routing.
+inline MoeConfig make_config(std::int64_t H, std::int64_t I, std::int64_t E, std::int64_t S,
+                             std::int64_t k, DType dtype) {
+  return MoeConfig{.d_hidden = H,
+                   .d_expert = I,
+                   .n_routed_experts = E,
+                   .n_shared_experts = S,
+                   .top_k = k,
+                   .dtype = dtype};
+}
+
+// DeepSeek-V2's routing, as in the deepseek-v2 preset: softmax, 8 groups keep 3 by max, not
+// renormalised, x16. Tests put it on small shapes.
+inline RoutingConfig deepseek_v2_routing() {
+  RoutingConfig r;
+  r.n_group = 8;
+  r.topk_group = 3;
+  r.group_score = RoutingConfig::GroupScore::kMax;
+  r.routed_scaling_factor = 16.0f;
+  return r;
+}
+
 struct Routing {
   std::int64_t tokens = 0;
   std::int64_t top_k = 0;

@@ -1,0 +1,27 @@
+// Compiles a kernel spec for sm_90a with NVRTC, as the CPU tests that need no GPU do.
+#pragma once
+
+#include <string>
+
+#include "compiler.h"
+#include "kernels.h"
+
+namespace rt_moe {
+
+inline bool is_elf(const std::string& bytes) {
+  return bytes.size() > 4 && bytes.compare(0, 4,
+                                           "\x7f"
+                                           "ELF") == 0;
+}
+
+// The cubin of `spec` for sm_90a; throws Error(kCompile), with NVRTC's log, when it fails.
+inline std::string compile_for_sm90a(const KernelSpec& spec) {
+  nvrtc::Request request;
+  request.name = spec.name();
+  request.source = spec.source();
+  request.arch = "sm_90a";
+  request.name_expressions = {std::string("&") + kMetaName};
+  return nvrtc::compile(request).cubin;
+}
+
+}  // namespace rt_moe
