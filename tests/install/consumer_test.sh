@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# consumer_test.sh CMAKE BUILD_DIR CONSUMER_SOURCE WORK_DIR GENERATOR CXX
+# consumer_test.sh CMAKE BUILD_DIR CONSUMER_SOURCE WORK_DIR GENERATOR CXX [LINKER_FLAGS]
 #
 # Installs BUILD_DIR into WORK_DIR/prefix, checks that the installed interface needs nothing but
 # the standard library, Threads and libdl, then builds CONSUMER_SOURCE against the prefix and runs
-# it (it exits 0 with or without a GPU).
+# it (it exits 0 with or without a GPU). LINKER_FLAGS are the build's own (-fsanitize=... for a
+# sanitizer build, whose archive needs the sanitizer runtimes).
 set -euo pipefail
-cmake=$1 build=$2 source=$3 work=$4 generator=$5 cxx=$6
+cmake=$1 build=$2 source=$3 work=$4 generator=$5 cxx=$6 link_flags=${7:-}
 prefix="$work/prefix"
 
 rm -rf "$work"
@@ -36,6 +37,6 @@ if grep -Eiq 'spdlog|fmt|xxhash|nlohmann|cuda|/runtime/src|rt_moe_base|rt_moe_ca
 fi
 
 "$cmake" -S "$source" -B "$work/build" -G "$generator" -DCMAKE_BUILD_TYPE=Release \
-  -DCMAKE_CXX_COMPILER="$cxx" -DCMAKE_PREFIX_PATH="$prefix"
+  -DCMAKE_CXX_COMPILER="$cxx" -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_EXE_LINKER_FLAGS="$link_flags"
 "$cmake" --build "$work/build"
 "$work/build/rt_moe_consumer"
