@@ -17,11 +17,12 @@
 namespace rt_moe::nvrtc {
 namespace {
 
-#define RT_MOE_NVRTC_FUNCTIONS(X)                                                            \
-  X(nvrtcVersion)                                                                            \
-  X(nvrtcGetErrorString) X(nvrtcCreateProgram) X(nvrtcDestroyProgram) X(nvrtcCompileProgram) \
-      X(nvrtcGetProgramLogSize) X(nvrtcGetProgramLog) X(nvrtcGetCUBINSize) X(nvrtcGetCUBIN)  \
-          X(nvrtcAddNameExpression) X(nvrtcGetLoweredName)
+// clang-format off
+#define RT_MOE_NVRTC_FUNCTIONS(X)                                                  \
+  X(nvrtcVersion) X(nvrtcGetErrorString) X(nvrtcCreateProgram) X(nvrtcDestroyProgram) \
+  X(nvrtcCompileProgram) X(nvrtcGetProgramLogSize) X(nvrtcGetProgramLog)              \
+  X(nvrtcGetCUBINSize) X(nvrtcGetCUBIN) X(nvrtcAddNameExpression) X(nvrtcGetLoweredName)
+// clang-format on
 
 struct Api {
 #define RT_MOE_DECLARE_MEMBER(name) decltype(&::name) name = nullptr;

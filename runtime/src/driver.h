@@ -18,23 +18,22 @@ namespace rt_moe::driver {
 // X-macro of every driver function rt_moe calls. The member types come from cuda.h's declarations
 // (decltype of the versioned symbol the header maps each name to), and cuGetProcAddress is asked
 // for the same API version (CUDA_VERSION), so signature and symbol can never drift apart.
-#define RT_MOE_DRIVER_FUNCTIONS(X)                                                                 \
-  X(cuInit)                                                                                        \
-  X(cuDriverGetVersion) X(cuGetErrorName) X(cuGetErrorString) X(cuDeviceGet) X(cuDeviceGetCount)   \
-      X(cuDeviceGetAttribute) X(cuDeviceGetName) X(cuDevicePrimaryCtxRetain) X(                    \
-          cuDevicePrimaryCtxRelease) X(cuCtxSetCurrent) X(cuCtxGetCurrent) X(cuCtxGetDevice)       \
-          X(cuCtxPushCurrent) X(cuCtxPopCurrent) X(cuCtxSynchronize) X(cuModuleLoadData) X(        \
-              cuModuleUnload) X(cuModuleGetFunction) X(cuModuleGetGlobal) X(cuFuncSetAttribute)    \
-              X(cuFuncGetAttribute) X(cuLaunchKernel) X(cuMemAlloc) X(cuMemFree) X(cuMemGetInfo)   \
-                  X(cuMemcpyHtoD) X(cuMemcpyDtoH) X(cuMemcpyHtoDAsync) X(cuMemcpyDtoHAsync) X(     \
-                      cuMemcpyDtoDAsync) X(cuMemsetD8Async) X(cuMemsetD32Async) X(cuStreamCreate)  \
-                      X(cuStreamDestroy) X(cuStreamSynchronize) X(cuStreamGetCtx)                  \
-                          X(cuStreamGetCaptureInfo) X(cuStreamBeginCapture) X(cuStreamEndCapture)  \
-                              X(cuGraphInstantiateWithFlags) X(cuGraphLaunch) X(cuGraphDestroy)    \
-                                  X(cuGraphExecDestroy) X(cuEventCreate) X(cuEventDestroy)         \
-                                      X(cuEventRecord) X(cuEventSynchronize) X(cuEventElapsedTime) \
-                                          X(cuPointerGetAttribute)                                 \
-                                              X(cuOccupancyMaxActiveBlocksPerMultiprocessor)
+// clang-format off
+#define RT_MOE_DRIVER_FUNCTIONS(X)                                                                \
+  X(cuInit) X(cuDriverGetVersion) X(cuGetErrorName) X(cuGetErrorString) X(cuDeviceGet)            \
+  X(cuDeviceGetCount) X(cuDeviceGetAttribute) X(cuDeviceGetName) X(cuDevicePrimaryCtxRetain)      \
+  X(cuDevicePrimaryCtxRelease) X(cuCtxSetCurrent) X(cuCtxGetCurrent) X(cuCtxGetDevice)            \
+  X(cuCtxPushCurrent) X(cuCtxPopCurrent) X(cuCtxSynchronize) X(cuModuleLoadData)                  \
+  X(cuModuleUnload) X(cuModuleGetFunction) X(cuModuleGetGlobal) X(cuFuncSetAttribute)             \
+  X(cuFuncGetAttribute) X(cuLaunchKernel) X(cuMemAlloc) X(cuMemFree) X(cuMemGetInfo)              \
+  X(cuMemcpyHtoD) X(cuMemcpyDtoH) X(cuMemcpyHtoDAsync) X(cuMemcpyDtoHAsync)                       \
+  X(cuMemcpyDtoDAsync) X(cuMemsetD8Async) X(cuMemsetD32Async) X(cuStreamCreate)                   \
+  X(cuStreamDestroy) X(cuStreamSynchronize) X(cuStreamGetCtx) X(cuStreamGetCaptureInfo)           \
+  X(cuStreamBeginCapture) X(cuStreamEndCapture) X(cuGraphInstantiateWithFlags) X(cuGraphLaunch)   \
+  X(cuGraphDestroy) X(cuGraphExecDestroy) X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord)     \
+  X(cuEventSynchronize) X(cuEventElapsedTime) X(cuPointerGetAttribute)                            \
+  X(cuOccupancyMaxActiveBlocksPerMultiprocessor)
+// clang-format on
 
 struct Api {
 #define RT_MOE_DECLARE_MEMBER(name) decltype(&::name) name = nullptr;
