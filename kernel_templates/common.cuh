@@ -93,6 +93,10 @@ __device__ __forceinline__ float round_to(float f) {
   return DTypeOps<D>::to_float(DTypeOps<D>::from_float(f));
 }
 
+// h = SiLU(g) * u = g * sigmoid(g) * u, the gate/up epilogue of every grouped GEMM (the CPU
+// reference uses the same formula).
+__device__ __forceinline__ float silu_mul(float g, float u) { return g / (1.f + __expf(-g)) * u; }
+
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
   for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);

@@ -134,8 +134,8 @@ struct GroupedGemmSm80 {
               float g0 = acc[mi][ni][half * 2], g1 = acc[mi][ni][half * 2 + 1];
               float u0 = acc[mi][ni + kFragsN / 2][half * 2],
                     u1 = acc[mi][ni + kFragsN / 2][half * 2 + 1];
-              float h0 = g0 / (1.f + __expf(-g0)) * u0;
-              float h1 = g1 / (1.f + __expf(-g1)) * u1;
+              float h0 = silu_mul(g0, u0);
+              float h1 = silu_mul(g1, u1);
               out[((long long)row * I + col) / 2] = DTypeOps<D>::pack2(h0, h1);
             }
           }
@@ -155,8 +155,7 @@ struct GroupedGemmSm80 {
         } else {
           const int pair = p.sorted_rows[row];
           if (pair >= 0) {
-            const int token = pair / kSlots, slot = pair % kSlots;
-            const float weight = slot < K ? p.topk_weights[(long long)token * K + slot] : 1.f;
+            const float weight = pair_weight<K, kSlots>(p, pair);
 #pragma unroll
             for (int ni = 0; ni < kFragsN; ++ni) {
               const int col = blockIdx.y * BLOCK_N + warp_n * kWarpN + ni * 8 + (lane % 4) * 2;

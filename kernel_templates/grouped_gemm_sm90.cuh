@@ -184,16 +184,15 @@ struct GroupedGemmSm90 {
           const int col = blockIdx.y * (BLOCK_N / 2) + wg_n * (kSlice / 2) + j * 8 + (lane % 4) * 2;
           if (col < I) {
             const int g = 4 * j + half * 2, u = 4 * (j + kSlice / 16) + half * 2;
-            float h0 = acc[g] / (1.f + __expf(-acc[g])) * acc[u];
-            float h1 = acc[g + 1] / (1.f + __expf(-acc[g + 1])) * acc[u + 1];
+            float h0 = silu_mul(acc[g], acc[u]);
+            float h1 = silu_mul(acc[g + 1], acc[u + 1]);
             out[((long long)row * I + col) / 2] = DTypeOps<D>::pack2(h0, h1);
           }
         }
       } else {
         const int pair = p.sorted_rows[row];
         if (pair >= 0) {
-          const int token = pair / kSlots, slot = pair % kSlots;
-          const float weight = slot < K ? p.topk_weights[(long long)token * K + slot] : 1.f;
+          const float weight = pair_weight<K, kSlots>(p, pair);
 #pragma unroll
           for (int j = 0; j < kSlice / 8; ++j) {
             const int col = blockIdx.y * BLOCK_N + wg_n * kSlice + j * 8 + (lane % 4) * 2;

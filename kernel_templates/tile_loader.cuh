@@ -17,6 +17,14 @@ namespace rt_moe {
 
 enum GemmMode : int { kGateUp = 0, kDown = 1, kRouter = 2 };
 
+// The routing weight of a (token, slot) pair of the down GEMM's epilogue: the top-k weight of a
+// routed slot, 1 for the shared expert's chunks.
+template <int K, int SLOTS>
+__device__ __forceinline__ float pair_weight(const GemmParams& p, int pair) {
+  const int token = pair / SLOTS, slot = pair % SLOTS;
+  return slot < K ? p.topk_weights[(long long)token * K + slot] : 1.f;
+}
+
 template <int H, int I, int E, int SLOTS, int MODE, int BLOCK_M, int BLOCK_N, int THREADS,
           int SLICE>
 struct TileLoader {
