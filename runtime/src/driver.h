@@ -32,7 +32,8 @@ namespace rt_moe::driver {
   X(cuStreamBeginCapture) X(cuStreamEndCapture) X(cuGraphInstantiateWithFlags) X(cuGraphLaunch)   \
   X(cuGraphDestroy) X(cuGraphExecDestroy) X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord)     \
   X(cuEventSynchronize) X(cuEventElapsedTime) X(cuPointerGetAttribute)                            \
-  X(cuOccupancyMaxActiveBlocksPerMultiprocessor)
+  X(cuOccupancyMaxActiveBlocksPerMultiprocessor) X(cuLaunchKernelEx) X(cuTensorMapEncodeTiled)    \
+  X(cuCtxCreate) X(cuCtxDestroy)
 // clang-format on
 
 struct Api {
