@@ -65,6 +65,22 @@ struct GemmParams {
   int round_logits;  // router only: 1 rounds the logits to the dtype, 0 keeps fp32
 };
 
+// A CUDA tensor map (CUtensorMap: 128 opaque bytes, 128-byte aligned as in cuda.h), encoded on the
+// host by cuTensorMapEncodeTiled and read by the tensor-copy engine from the kernel's parameters.
+struct alignas(128) TensorMap {
+  unsigned long long opaque[16];
+};
+
+// The warp-specialized sm_90a grouped GEMM (grouped_gemm_sm90_ws.cuh): the GemmParams plus the
+// tensor maps of its TMA loads. Every map has 64-element (128-byte) boxes along K, 128-byte
+// swizzled.
+struct GemmTmaParams {
+  TensorMap b_routed[2];  // gate/up: gate, up [E I, H]; down: down [E H, I] ([1] unused)
+  TensorMap b_shared[2];  // gate/up: shared_gate, shared_up [S I, H]; down: shared_down [H, S I]
+  TensorMap a;            // down: h [max_rows, I]; unused by gate/up (gathered by cp.async)
+  GemmParams gemm;
+};
+
 struct CombineParams {
   const void* y;  // fp32 (T, k + S, H)
   void* out;      // (T, H)

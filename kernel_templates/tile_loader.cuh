@@ -25,6 +25,11 @@ __device__ __forceinline__ float pair_weight(const GemmParams& p, int pair) {
   return slot < K ? p.topk_weights[(long long)token * K + slot] : 1.f;
 }
 
+// Byte offset of 16-byte chunk `chunk` of row `row` in a tile of 128-byte rows swizzled as above.
+__device__ __forceinline__ unsigned swizzle_128b(int row, int chunk) {
+  return (unsigned)(row * 8 + (chunk ^ (row & 7))) * 16u;
+}
+
 template <int H, int I, int E, int SLOTS, int MODE, int BLOCK_M, int BLOCK_N, int THREADS,
           int SLICE>
 struct TileLoader {
@@ -44,9 +49,8 @@ struct TileLoader {
   static_assert(MODE != kGateUp || SLICE % 2 == 0, "gate and up take half a slice each");
   static_assert(kReduce % 8 == 0, "K must be a multiple of 8 for 16-byte loads");
 
-  // Byte offset of 16-byte chunk `chunk` of tile row `row`.
   static __device__ __forceinline__ unsigned swizzle(int row, int chunk) {
-    return (unsigned)(row * kChunksPerRow + (chunk ^ (row & 7))) * 16u;
+    return swizzle_128b(row, chunk);
   }
 
   const unsigned short* a_rows[kItersA];
@@ -99,13 +103,13 @@ struct TileLoader {
     for (int j = 0; j < kItersA; ++j) {
       const int r = (tid + j * THREADS) / kChunksPerRow;
       const bool ok = k_ok && a_rows[j] != nullptr;
-      cp_async_16(a_smem + swizzle(r, chunk), ok ? a_rows[j] + k : fallback, ok);
+      cp_async_16(a_smem + swizzle_128b(r, chunk), ok ? a_rows[j] + k : fallback, ok);
     }
 #pragma unroll
     for (int j = 0; j < kItersB; ++j) {
       const int r = (tid + j * THREADS) / kChunksPerRow;
       const bool ok = k_ok && b_rows[j] != nullptr;
-      cp_async_16(b_smem + swizzle(r, chunk), ok ? b_rows[j] + k : fallback, ok);
+      cp_async_16(b_smem + swizzle_128b(r, chunk), ok ? b_rows[j] + k : fallback, ok);
     }
   }
 };

@@ -56,6 +56,7 @@ struct Options {
   int warmup = 3;
   bool compile_timing = true;
   bool tune = false;  // also time a tuning runtime: heuristic vs tuned per T
+  std::string tile;   // pin the grouped GEMM tile (RuntimeOptions::tile)
 };
 
 double seconds_since(Clock::time_point start) {
@@ -355,6 +356,7 @@ int bench(const Options& options) {
   // The heuristic tiles, whatever the tuning store holds; --tune compares a tuning runtime below.
   RuntimeOptions heuristic_options;
   heuristic_options.tuning = RuntimeOptions::Tuning::kHeuristic;
+  heuristic_options.tile = options.tile;
   MoeRuntime moe(config, heuristic_options);
   moe.prepare(weights.view());
   L2Flush flush;
@@ -488,6 +490,9 @@ int main(int argc, char** argv) {
   app.add_option("--plot", options.plot_file,
                  "Draw the median time (and the CUDA-graph time) against the floor over the token "
                  "counts, as a PNG file");
+  app.add_option("--tile", options.tile,
+                 "Pin the grouped GEMM tile for every T, as the plan column prints it (e.g. "
+                 "\"sm90ws 128x256x64 wg2 s4\"); a T whose bucket cannot use it fails");
   app.add_flag("--tune", options.tune,
                "Also tune each token count's bucket (or reuse the tuning store) and print the "
                "heuristic and tuned times");

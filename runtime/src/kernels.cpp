@@ -13,14 +13,16 @@
 namespace rt_moe {
 
 std::string KernelSpec::source() const {
+  const std::string bounds = min_blocks > 0 ? fmt::format("RtMoeKernel::kThreads, {}", min_blocks)
+                                            : std::string("RtMoeKernel::kThreads");
   return fmt::format(
       "#include \"{0}\"\n"
       "using RtMoeKernel = {1};\n"
-      "extern \"C\" __global__ void __launch_bounds__(RtMoeKernel::kThreads)\n"
+      "extern \"C\" __global__ void __launch_bounds__({5})\n"
       "{3}(const __grid_constant__ {2} params) {{ RtMoeKernel::run(params); }}\n"
       "extern \"C\" __device__ rt_moe::KernelMeta {4} = {{RtMoeKernel::kThreads, "
       "RtMoeKernel::kSmemBytes}};\n",
-      header, instance, params, kEntryName, kMetaName);
+      header, instance, params, kEntryName, kMetaName, bounds);
 }
 
 cache::Preimage KernelSpec::preimage(const std::string& arch) const {

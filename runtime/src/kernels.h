@@ -22,6 +22,7 @@ struct KernelSpec {
   std::string header;    // template file, e.g. "grouped_gemm_sm80.cuh"
   std::string instance;  // e.g. "rt_moe::Combine<rt_moe::BF16, 7168, 9>"
   std::string params;    // parameter struct, e.g. "rt_moe::CombineParams"
+  int min_blocks = 0;    // > 0: __launch_bounds__'s minimum blocks per SM (a register cap)
 
   std::string source() const;
   // Everything that affects the cubin: schema (added by Preimage), source, the bytes of every

@@ -49,6 +49,7 @@ struct LaunchPlan {
   const Kernel* gate_up = nullptr;
   const Kernel* down = nullptr;
   const Kernel* combine = nullptr;
+  unsigned gemm_ctas = 0;  // persistent grid of the TMA grouped GEMMs (tile.ws): blocks that fit
 };
 
 }  // namespace rt_moe

@@ -16,6 +16,7 @@
 #include "plan.h"
 #include "runtime_impl.h"
 #include "specs.h"
+#include "tma.h"
 
 namespace rt_moe {
 namespace {
@@ -84,6 +85,17 @@ LaunchPlan MoeRuntime::Impl::build_plan(const Bucket& bucket, const GemmTile& ti
   plan.down = loaded[5];
   plan.combine = loaded[6];
   plan.layout = workspace_layout(config, bucket.max_tokens, plan.tile.block_m);
+  if (plan.tile.ws) {
+    int per_sm = 0;
+    RT_MOE_CALL(cuOccupancyMaxActiveBlocksPerMultiprocessor, &per_sm, plan.gate_up->function,
+                plan.gate_up->threads, std::size_t(plan.gate_up->smem_bytes));
+    if (per_sm < 1) {
+      throw Error(ErrorCode::kUnsupported,
+                  fmt::format("{}: no block fits on an SM ({} threads, {} B shared)",
+                              plan.gate_up->name, plan.gate_up->threads, plan.gate_up->smem_bytes));
+    }
+    plan.gemm_ctas = unsigned(per_sm * device.sm_count);
+  }
   return plan;
 }
 
@@ -167,13 +179,29 @@ void MoeRuntime::Impl::enqueue(const LaunchPlan& plan, const void* x, void* out,
   gate_up.num_blocks = static_cast<const int*>(ptr(l.num_blocks));
   gate_up.topk_weights = static_cast<const float*>(ptr(l.topk_weights));
   gate_up.tokens = T;
-  launch(*plan.gate_up, {unsigned(blocks), ceil_div(c.d_expert, plan.tile.block_n / 2)}, gate_up,
-         stream);
-
   GemmParams down = gate_up;
   down.a = ptr(l.h);
   down.out = ptr(l.y);
-  launch(*plan.down, {unsigned(blocks), ceil_div(c.d_hidden, plan.tile.block_n)}, down, stream);
+  const unsigned gate_up_cols = ceil_div(c.d_expert, plan.tile.block_n / 2);
+  const unsigned down_cols = ceil_div(c.d_hidden, plan.tile.block_n);
+  if (plan.tile.ws) {
+    // Persistent: at most one block per tile, at most as many as fit on the GPU at once.
+    GemmTmaParams tma_gate_up{};
+    weight_tensor_maps(c, weights, plan.tile.block_n, false, tma_gate_up);
+    tma_gate_up.gemm = gate_up;
+    launch(*plan.gate_up, {std::min(unsigned(blocks) * gate_up_cols, plan.gemm_ctas)}, tma_gate_up,
+           stream);
+    GemmTmaParams tma_down{};
+    weight_tensor_maps(c, weights, plan.tile.block_n, true, tma_down);
+    tma_down.a =
+        tensor_map_2d(c.dtype, ptr(l.h), std::uint64_t(l.max_rows), std::uint64_t(c.d_expert),
+                      std::uint64_t(c.d_expert), std::uint32_t(plan.tile.block_m), "h (workspace)");
+    tma_down.gemm = down;
+    launch(*plan.down, {std::min(unsigned(blocks) * down_cols, plan.gemm_ctas)}, tma_down, stream);
+  } else {
+    launch(*plan.gate_up, {unsigned(blocks), gate_up_cols}, gate_up, stream);
+    launch(*plan.down, {unsigned(blocks), down_cols}, down, stream);
+  }
 
   CombineParams combine{ptr(l.y), out, T};
   launch(*plan.combine, {ceil_div(std::int64_t(T) * (c.d_hidden / 8), 256)}, combine, stream);
@@ -199,6 +227,7 @@ MoeRuntime::MoeRuntime(const MoeConfig& config, const RuntimeOptions& options)
   }
   std::string arch = options.arch.empty() ? impl_->device.arch() : options.arch;
   impl_->tuning = options.tuning;
+  impl_->pinned_tile = options.tile;
   if (impl_->tuning == RuntimeOptions::Tuning::kStored && env().tune) {
     impl_->tuning = RuntimeOptions::Tuning::kTune;
   }
@@ -246,6 +275,7 @@ void MoeRuntime::prepare(const MoeWeights& w) {
   }
   // Synchronous copy: forwards issued before a re-prepare have been ordered by the caller.
   impl_->experts.upload(table.data(), table.size() * sizeof(ExpertWeights));
+  impl_->weights = w;
   impl_->router = w.router;
   impl_->router_bias = c.routing.correction_bias ? w.router_bias : nullptr;
   impl_->prepared = true;

@@ -20,11 +20,13 @@ namespace rt_moe {
 struct MoeRuntime::Impl {
   MoeConfig config;
   RuntimeOptions::Tuning tuning = RuntimeOptions::Tuning::kStored;
+  std::string pinned_tile;  // RuntimeOptions::tile
   driver::PrimaryContext context;
   driver::DeviceInfo device;
   std::unique_ptr<KernelCache> kernels;
   std::unique_ptr<cache::TuningStore> store;  // the tuning store, opened on first use
   driver::DeviceBuffer experts;               // ExpertWeights[E + S]
+  MoeWeights weights;  // as prepared: the TMA path encodes tensor maps over them
   const void* router = nullptr;
   const float* router_bias = nullptr;  // [E] fp32, when config.routing.correction_bias
   bool prepared = false;

@@ -12,6 +12,9 @@ const char* dtype_tag(DType dtype) { return dtype == DType::kF16 ? "rt_moe::F16"
 }  // namespace
 
 std::string GemmTile::describe() const {
+  if (sm == 90 && ws) {
+    return fmt::format("sm90ws {}x{}x{} wg{} s{}", block_m, block_n, block_k, warps_m, stages);
+  }
   if (sm == 90) {
     return fmt::format("sm90 {}x{}x{} wg{}x{} s{}", block_m, block_n, block_k, warps_m, warps_n,
                        stages);
@@ -21,6 +24,10 @@ std::string GemmTile::describe() const {
 }
 
 bool has_wgmma(const std::string& arch) { return arch == "sm_90a"; }
+
+bool has_tma_path(const MoeConfig& c, const std::string& arch) {
+  return has_wgmma(arch) && c.d_hidden % 64 == 0 && c.d_expert % 64 == 0;
+}
 
 namespace {
 
@@ -37,7 +44,8 @@ long long rows_per_expert(const MoeConfig& c, long long max_tokens) {
 
 int tile_smem_bytes(const GemmTile& t) {
   const int ring = t.stages * (t.block_m + t.block_n) * t.block_k * 2;
-  return t.sm == 90 ? ring + 1024 : ring;  // sm90: slack to align tiles to 1024 bytes
+  if (t.ws) return ring + 2 * t.stages * 8 + 1024;  // + full/empty barriers, alignment slack
+  return t.sm == 90 ? ring + 1024 : ring;           // sm90: slack to align tiles to 1024 bytes
 }
 
 std::vector<GemmTile> candidate_tiles(const MoeConfig& c, long long max_tokens,
@@ -56,6 +64,12 @@ std::vector<GemmTile> candidate_tiles(const MoeConfig& c, long long max_tokens,
                                {128, 128, 64, 2, 1, 4, 90},
                                {128, 256, 64, 2, 1, 3, 90},
                                {128, 256, 64, 2, 1, 4, 90}});
+  }
+  if (has_tma_path(c, arch)) {
+    space.insert(space.end(), {{64, 256, 64, 1, 1, 5, 90, true},
+                               {128, 128, 64, 2, 1, 6, 90, true},
+                               {128, 256, 64, 2, 1, 3, 90, true},
+                               {128, 256, 64, 2, 1, 4, 90, true}});
   }
   long long tall = 16;
   while (tall < rows_per_expert(c, max_tokens)) tall *= 2;
@@ -76,6 +90,7 @@ GemmTile default_tile(const MoeConfig& c, long long max_tokens, const std::strin
   if (rows <= 16) return {16, 128, 64, 1, 4, 4};
   if (rows <= 32) return {32, 128, 64, 2, 2, 4};
   if (rows <= 64) return {64, 128, 64, 2, 2, 4};
+  if (has_tma_path(c, arch)) return {128, 256, 64, 2, 1, 4, 90, true};
   if (has_wgmma(arch)) return {128, 256, 64, 2, 1, 4, 90};  // warps_m/n count warpgroups
   return {128, 128, 64, 2, 4, 3};
 }
@@ -127,6 +142,17 @@ KernelSpec scatter_spec(const MoeConfig& c) {
 }
 
 KernelSpec gemm_spec(const MoeConfig& c, GemmStage stage, const GemmTile& t) {
+  if (t.sm == 90 && t.ws) {
+    KernelSpec spec{"grouped_gemm_sm90_ws", "grouped_gemm_sm90_ws.cuh",
+                    fmt::format("rt_moe::GroupedGemmSm90Ws<{}, {}, {}, {}, {}, {}, {}, {}, {}, {}>",
+                                dtype_tag(c.dtype), c.d_hidden, c.d_expert, c.n_routed_experts,
+                                c.n_shared_experts, c.top_k,
+                                stage == GemmStage::kGateUp ? "rt_moe::kGateUp" : "rt_moe::kDown",
+                                t.warps_m, t.block_n, t.stages),
+                    "rt_moe::GemmTmaParams"};
+    spec.min_blocks = 1;
+    return spec;
+  }
   if (t.sm == 90) {
     return {"grouped_gemm_sm90", "grouped_gemm_sm90.cuh",
             fmt::format("rt_moe::GroupedGemmSm90<{}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}>",

@@ -12,8 +12,10 @@
 namespace rt_moe {
 
 // Tile of the grouped GEMM. sm = 80: mma.sync (grouped_gemm_sm80.cuh), warps_m x warps_n warps;
-// sm = 90: wgmma (grouped_gemm_sm90.cuh, sm_90a only), warps_m x warps_n warpgroups
-// (block_m = 64 warps_m).
+// sm = 90: wgmma (sm_90a only), warps_m x warps_n warpgroups (block_m = 64 warps_m): with ws
+// false the cp.async ring of grouped_gemm_sm90.cuh, with ws true the warp-specialized TMA
+// pipeline of grouped_gemm_sm90_ws.cuh (warps_m consumer warpgroups of 64 rows x block_n columns,
+// warps_n = 1, plus one producer warpgroup; a persistent grid).
 struct GemmTile {
   int block_m = 64;
   int block_n = 128;
@@ -22,12 +24,16 @@ struct GemmTile {
   int warps_n = 2;
   int stages = 4;
   int sm = 80;
-  std::string describe() const;  // "sm80 64x128x64 w2x2 s4"
+  bool ws = false;
+  std::string describe() const;  // "sm80 64x128x64 w2x2 s4", "sm90ws 128x256x64 wg2 s4"
   friend bool operator==(const GemmTile&, const GemmTile&) = default;
 };
 
 // Whether `arch` runs the wgmma path (sm_90a: the arch-specific target wgmma needs).
 bool has_wgmma(const std::string& arch);
+// Whether a config can run the TMA warp-specialized path on `arch`: sm_90a, and H and I multiples
+// of 64 (a K tile never straddles two chunks of the shared expert's down matrix).
+bool has_tma_path(const MoeConfig& config, const std::string& arch);
 
 enum class GemmStage { kGateUp, kDown, kRouter };
 

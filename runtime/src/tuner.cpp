@@ -103,6 +103,17 @@ GemmTile MoeRuntime::Impl::choose_tile(const Bucket& bucket) {
   const GemmTile heuristic = default_tile(config, bucket.max_tokens, arch);
   const std::vector<GemmTile> candidates =
       candidate_tiles(config, bucket.max_tokens, arch, device.max_smem_optin);
+  if (!pinned_tile.empty()) {
+    std::string names;
+    for (const GemmTile& t : candidates) {
+      if (t.describe() == pinned_tile) return t;
+      names += fmt::format("{}'{}'", names.empty() ? "" : ", ", t.describe());
+    }
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("options.tile = '{}' is not a candidate for bucket {} (up to {} "
+                            "tokens); candidates: {}",
+                            pinned_tile, bucket.group_sum_max, bucket.max_tokens, names));
+  }
   if (tuning == RuntimeOptions::Tuning::kHeuristic) return heuristic;
   const std::string problem = tuning_problem(bucket);
   if (std::optional<std::string> best = tuning_store().best(problem)) {

@@ -29,6 +29,30 @@ TEST_CASE("every kernel template compiles for sm_90a (DeepSeek-V3 shape, all til
   }
 }
 
+TEST_CASE("every sm_90a tuner candidate of the wgmma paths compiles (gpumode shape, S = 2)",
+          "[nvrtc]") {
+  MoeConfig c = make_config(7168, 2048, 32, 2, 4, DType::kBF16);
+  int tma_tiles = 0;
+  for (const GemmTile& tile : candidate_tiles(c, 8192, "sm_90a", 227 * 1024)) {
+    if (tile.sm != 90) continue;
+    tma_tiles += tile.ws ? 1 : 0;
+    for (GemmStage stage : {GemmStage::kGateUp, GemmStage::kDown}) {
+      const KernelSpec spec = gemm_spec(c, stage, tile);
+      INFO(spec.name());
+      CHECK(is_elf(compile_for_sm90a(spec)));
+      // The warp-specialized kernels need a register cap at entry for setmaxnreg.
+      CHECK((spec.source().find("__launch_bounds__(RtMoeKernel::kThreads, 1)") !=
+             std::string::npos) == tile.ws);
+    }
+  }
+  CHECK(tma_tiles == 4);
+  // Shapes the TMA path cannot take (H or I not a multiple of 64) never get its tiles.
+  for (const GemmTile& tile : candidate_tiles(make_config(1032, 200, 16, 1, 4, DType::kBF16), 8192,
+                                              "sm_90a", 227 * 1024)) {
+    CHECK_FALSE(tile.ws);
+  }
+}
+
 TEST_CASE("templates compile for odd shapes (H, I not multiples of the tile, E = 3, S = 2)",
           "[nvrtc]") {
   MoeConfig c = make_config(136, 40, 3, 2, 2, DType::kBF16);

@@ -77,12 +77,12 @@ struct Fixture {
   MoeRuntime moe;
   driver::Stream stream;
 
-  Fixture(const MoeConfig& c, std::uint64_t seed)
+  Fixture(const MoeConfig& c, std::uint64_t seed, const RuntimeOptions& options = {})
       : context(),
         config(c),
         weights(random_weights(c, seed)),
         device_weights(upload(weights)),
-        moe(c),
+        moe(c, options),
         stream(driver::Stream::create()) {
     moe.prepare(device_weights.view());
   }

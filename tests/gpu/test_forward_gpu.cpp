@@ -195,4 +195,38 @@ TEST_CASE("NaN or Inf in one token's input stays in that token's output row", "[
   }
 }
 
+TEST_CASE("every TMA warp-specialized tile matches the reference (S = 0 and 2, bf16 and fp16)",
+          "[forward]") {
+  // Pinned tiles (RuntimeOptions::tile): each variant of grouped_gemm_sm90_ws.cuh on its own,
+  // with 1 and 2 consumer warpgroups, n128 and n256, 3 to 6 stages; T = 1000 gives ~333 rows per
+  // expert (several row blocks, partial last blocks, all-padding warpgroups), T = 70 ~23.
+  const char* tiles[] = {"sm90ws 64x256x64 wg1 s5", "sm90ws 128x128x64 wg2 s6",
+                         "sm90ws 128x256x64 wg2 s3", "sm90ws 128x256x64 wg2 s4"};
+  for (std::int64_t shared : {0, 2}) {
+    for (int d = 0; d < 2; ++d) {
+      for (const char* tile : tiles) {
+        RuntimeOptions options;
+        options.tile = tile;
+        Fixture f(make_config(1024, 512, 16, shared, 4, dtype_of(d)), 81 + shared + d, options);
+        INFO(tile << ", S = " << shared << ", dtype " << d);
+        f.check(1000, 700 + shared, tile);
+        if (std::string(tile).find("64x256") != std::string::npos) f.check(70, 710, tile);
+      }
+    }
+  }
+  // A pinned tile that is no candidate: a clear error, nothing launched.
+  RuntimeOptions options;
+  options.tile = "sm90ws 96x256x64 wg2 s4";
+  Fixture f(make_config(1024, 512, 16, 1, 4, DType::kBF16), 89, options);
+  driver::DeviceBuffer x(1000 * 1024 * 2), out(1000 * 1024 * 2);
+  try {
+    f.moe.forward(x.as<void>(), out.as<void>(), 1000, f.stream.get());
+    FAIL("a tile that is no candidate was accepted");
+  } catch (const Error& e) {
+    CHECK(e.code() == ErrorCode::kInvalidArgument);
+    CHECK(std::string(e.what()).find("96x256") != std::string::npos);
+    CHECK(std::string(e.what()).find("sm90ws 128x256x64 wg2 s4") != std::string::npos);
+  }
+}
+
 }  // namespace rt_moe::test

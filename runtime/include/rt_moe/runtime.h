@@ -51,6 +51,11 @@ struct RuntimeOptions {
   // RT_MOE_TUNE=1 in the environment turns kStored into kTune.
   enum class Tuning { kStored, kHeuristic, kTune };
   Tuning tuning = Tuning::kStored;
+  // Pins the grouped GEMM tile, by its description (e.g. "sm90ws 128x256x64 wg2 s4", as
+  // describe() prints it), for every bucket; a bucket for which it is not a candidate throws
+  // Error(kInvalidArgument) listing the candidates. Empty: chosen as `tuning` says. For
+  // benchmarks and tests.
+  std::string tile;
 };
 
 class MoeRuntime {

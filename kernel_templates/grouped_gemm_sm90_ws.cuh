@@ -1,0 +1,346 @@
+// Grouped GEMM with a warp-specialized TMA pipeline on sm_90a: the Hopper path for prefill.
+//
+// A persistent grid (one block per SM) walks the tiles of (row block, column block) with the
+// row block fastest, so the blocks in flight at a time share their experts' weight tiles in L2.
+// A block has one producer warpgroup and CONSUMERS consumer warpgroups:
+//   - the producer fills a STAGES-deep ring of A and B tiles (64 K elements each): weight tiles
+//     (B: gate and up rows, or down rows) and, in kDown, the h rows (A, contiguous in sorted
+//     order) by the tensor-copy engine (TMA, one thread), completing on the stage's `full`
+//     mbarrier with a transaction count; in kGateUp the gathered x rows (A) by cp.async from all
+//     128 producer threads, each arriving on the same `full` barrier when its copies land
+//     (cp.async.mbarrier.arrive.noinc). It never waits for the consumers except on a stage's
+//     `empty` barrier, so it runs ahead into the next tile while the consumers store the last;
+//   - consumer warpgroup c owns rows [64 c, 64 c + 64) of the block and all BLOCK_N columns: one
+//     wgmma.m64nBLOCK_Nk16 per 16 K elements, A and B from shared memory through descriptors,
+//     fp32 accumulators in registers (BLOCK_N / 2 per thread). It keeps one wgmma batch in flight
+//     and releases a stage (one arrival per warp on `empty`) once the batch reading it retired.
+//     A warpgroup whose 64 rows are all padding (the tail of an expert's last block) skips its
+//     MMAs and stores.
+// The ring's rows are 128 bytes with 16-byte chunks XOR-swizzled by (row % 8) from 1024-byte
+// aligned tiles: what TMA's 128-byte swizzle writes, what swizzle_128b places for the
+// gathered rows, and what wgmma's 128-byte swizzle descriptors read.
+//
+// Modes: kGateUp (B = 64 x (BLOCK_N / 2) gate rows then as many up rows of the same columns, so a
+// thread holds g and u of each of its columns; h = SiLU(g) * u, BLOCK_N / 2 columns per tile) and
+// kDown (B = BLOCK_N rows of down; fp32 y scaled by the routing weight, written at the pair's row).
+// Needs H and I multiples of 64 (the host picks this path only then): a K tile never straddles two
+// experts' columns of the shared expert's down matrix.
+#pragma once
+
+#include "common.cuh"
+#include "grouped_gemm_sm90.cuh"
+#include "tile_loader.cuh"
+
+namespace rt_moe {
+
+// ---- mbarrier and tensor-copy wrappers (shared::cta addresses) ----
+
+__device__ __forceinline__ void mbarrier_init(unsigned bar, unsigned count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
+}
+// Makes the barrier initializations visible to the other threads and to the async proxy.
+__device__ __forceinline__ void mbarrier_init_fence() {
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+__device__ __forceinline__ void mbarrier_arrive(unsigned bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+}
+// Arrives and adds `bytes` to the transaction count the current phase waits for.
+__device__ __forceinline__ void mbarrier_arrive_expect_tx(unsigned bar, unsigned bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes)
+               : "memory");
+}
+// One arrival, made when this thread's earlier cp.async copies have landed.
+__device__ __forceinline__ void mbarrier_arrive_on_cp_async(unsigned bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(bar) : "memory");
+}
+// Waits until the phase of parity `parity` has completed.
+__device__ __forceinline__ void mbarrier_wait(unsigned bar, unsigned parity) {
+  asm volatile(
+      "{\n.reg .pred done;\nwait:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra wait;\n}\n" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+}
+
+// 2-D tile copy global -> shared through a tensor map (a __grid_constant__ parameter), completing
+// on `bar` with the box's bytes. (x, y) = (inner element, row) of the box's first element.
+__device__ __forceinline__ void tma_load_2d(unsigned dst, const TensorMap* map, int x, int y,
+                                            unsigned bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%2, %3}], [%4];" ::"r"(dst),
+      "l"(map), "r"(x), "r"(y), "r"(bar)
+      : "memory");
+}
+
+template <int REGS>
+__device__ __forceinline__ void warpgroup_registers_dec() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(REGS));
+}
+template <int REGS>
+__device__ __forceinline__ void warpgroup_registers_inc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(REGS));
+}
+
+// wgmma.m64n256k16: as Wgmma<D>::wgmma_m64n128k16 with 128 accumulators per thread.
+#define RT_MOE_ACC8(i)                                                                        \
+  "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), \
+      "+f"(d[i + 6]), "+f"(d[i + 7])
+// clang-format off
+#define RT_MOE_WGMMA_M64N256K16(TYPE)                                                            \
+  static __device__ __forceinline__ void wgmma_m64n256k16(float* d, unsigned long long desc_a,   \
+                                                          unsigned long long desc_b,             \
+                                                          int scale_d) {                         \
+    asm volatile(                                                                                \
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"                                              \
+      "wgmma.mma_async.sync.aligned.m64n256k16.f32." TYPE "." TYPE " {"                          \
+      "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,"                       \
+      "%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,"                     \
+      "%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,"                     \
+      "%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63,%64,%65,%66,%67,%68,%69,"                     \
+      "%70,%71,%72,%73,%74,%75,%76,%77,%78,%79,%80,%81,%82,%83,%84,%85,%86,"                     \
+      "%87,%88,%89,%90,%91,%92,%93,%94,%95,%96,%97,%98,%99,%100,%101,%102,"                      \
+      "%103,%104,%105,%106,%107,%108,%109,%110,%111,%112,%113,%114,%115,"                        \
+      "%116,%117,%118,%119,%120,%121,%122,%123,%124,%125,%126,%127"                              \
+      "}, %128, %129, p, 1, 1, 0, 0;\n}\n"                                                       \
+      : RT_MOE_ACC8(0), RT_MOE_ACC8(8), RT_MOE_ACC8(16), RT_MOE_ACC8(24), RT_MOE_ACC8(32),       \
+        RT_MOE_ACC8(40), RT_MOE_ACC8(48), RT_MOE_ACC8(56), RT_MOE_ACC8(64), RT_MOE_ACC8(72),     \
+        RT_MOE_ACC8(80), RT_MOE_ACC8(88), RT_MOE_ACC8(96), RT_MOE_ACC8(104), RT_MOE_ACC8(112),   \
+        RT_MOE_ACC8(120)                                                                         \
+      : "l"(desc_a), "l"(desc_b), "r"(scale_d));                                                 \
+  }
+// clang-format on
+
+template <typename D>
+struct Wgmma256;
+template <>
+struct Wgmma256<BF16> {
+  RT_MOE_WGMMA_M64N256K16("bf16")
+};
+template <>
+struct Wgmma256<F16> {
+  RT_MOE_WGMMA_M64N256K16("f16")
+};
+#undef RT_MOE_WGMMA_M64N256K16
+#undef RT_MOE_ACC8
+
+// One warpgroup's MMAs of a 64-element K tile: rows of `a_smem`, BLOCK_N columns of `b_smem`.
+template <typename D, int BLOCK_N>
+__device__ __forceinline__ void warpgroup_mma_k64(float* acc, unsigned a_smem, unsigned b_smem,
+                                                  bool accumulate) {
+#pragma unroll
+  for (int ks = 0; ks < 4; ++ks) {
+    // k16 steps advance 32 bytes inside the swizzled 128-byte rows.
+    const unsigned long long desc_a = smem_descriptor(a_smem + ks * 32);
+    const unsigned long long desc_b = smem_descriptor(b_smem + ks * 32);
+    const int scale_d = (accumulate || ks > 0) ? 1 : 0;
+    if constexpr (BLOCK_N == 256) {
+      Wgmma256<D>::wgmma_m64n256k16(acc, desc_a, desc_b, scale_d);
+    } else {
+      Wgmma<D>::wgmma_m64n128k16(acc, desc_a, desc_b, scale_d);
+    }
+  }
+}
+
+template <typename D, int H, int I, int E, int S, int K, int MODE, int CONSUMERS, int BLOCK_N,
+          int STAGES>
+struct GroupedGemmSm90Ws {
+  static constexpr int BLOCK_M = 64 * CONSUMERS;
+  static constexpr int BLOCK_K = 64;
+  static constexpr int kThreads = 128 * (CONSUMERS + 1);
+  static constexpr int kMinBlocks = 1;  // one block per SM: a register cap for setmaxnreg
+  static constexpr int kSlots = K + S;
+  static constexpr int kReduce = MODE == kDown ? I : H;
+  static constexpr int kTiles = kReduce / BLOCK_K;
+  static constexpr int kOutCols = MODE == kGateUp ? BLOCK_N / 2 : BLOCK_N;  // per tile
+  static constexpr int kColBlocks = ((MODE == kGateUp ? I : H) + kOutCols - 1) / kOutCols;
+  static constexpr int kTileABytes = BLOCK_M * BLOCK_K * 2;
+  static constexpr int kTileBBytes = BLOCK_N * BLOCK_K * 2;
+  static constexpr int kStageBytes = kTileABytes + kTileBBytes;
+  static constexpr int kBarrierBytes = 2 * STAGES * 8;
+  static constexpr int kSmemBytes = STAGES * kStageBytes + kBarrierBytes + 1024;  // + alignment
+  static constexpr int kAcc = BLOCK_N / 2;  // fp32 accumulators per consumer thread
+  // Gathered A rows (kGateUp): 8 chunks of 16 bytes per 128-byte row, 128 producer threads.
+  static constexpr int kRowsPerProducer = BLOCK_M * 8 / 128;
+  // Register split after setmaxnreg (two consumers): 128 x 56 + 256 x 224 <= 64 K registers.
+  static constexpr int kProducerRegs = 56;
+  static constexpr int kConsumerRegs = 224;
+
+  static_assert(MODE == kGateUp || MODE == kDown, "the expert GEMMs only");
+  static_assert(CONSUMERS == 1 || CONSUMERS == 2, "64 or 128 rows per block");
+  static_assert(BLOCK_N == 128 || BLOCK_N == 256, "one wgmma n128 or n256 per k16 step");
+  static_assert(H % BLOCK_K == 0 && I % BLOCK_K == 0, "K tiles must not straddle experts");
+  static_assert(STAGES >= 2, "a ring of at least two stages");
+  static_assert(kTileABytes % 1024 == 0 && kTileBBytes % 1024 == 0,
+                "tiles start 1024-byte aligned for the 128-byte swizzle");
+
+  // The B rows of an expert's weights for column block `n_block` at K tile `k_tile`.
+  static __device__ __forceinline__ void load_b(const GemmTmaParams& p, int expert, int n_block,
+                                                int k_tile, unsigned b_smem, unsigned bar) {
+    const bool routed = expert < E;
+    const int chunk = expert - E;  // shared expert chunk, when !routed
+    if (MODE == kGateUp) {
+      const int row = (routed ? expert : chunk) * I + n_block * (BLOCK_N / 2);
+      const TensorMap* maps = routed ? p.b_routed : p.b_shared;
+      tma_load_2d(b_smem, &maps[0], k_tile * BLOCK_K, row, bar);
+      tma_load_2d(b_smem + (BLOCK_N / 2) * 128, &maps[1], k_tile * BLOCK_K, row, bar);
+    } else if (routed) {
+      tma_load_2d(b_smem, &p.b_routed[0], k_tile * BLOCK_K, expert * H + n_block * BLOCK_N, bar);
+    } else {
+      // Chunk j of the shared expert is columns [j I, (j + 1) I) of shared_down [H, S I].
+      tma_load_2d(b_smem, &p.b_shared[0], chunk * I + k_tile * BLOCK_K, n_block * BLOCK_N, bar);
+    }
+  }
+
+  static __device__ void produce(const GemmTmaParams& p, unsigned smem_base, unsigned full,
+                                 unsigned empty, int tiles, int num_blocks) {
+    const GemmParams& g = p.gemm;
+    const int tid = threadIdx.x - 128 * CONSUMERS;
+    const int chunk = tid % 8;
+    const unsigned short* x = reinterpret_cast<const unsigned short*>(g.a);
+    const unsigned tx_bytes = MODE == kGateUp ? kTileBBytes : kTileABytes + kTileBBytes;
+    int stage = 0;
+    unsigned phase = 0;
+    for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+      const int m_block = tile % num_blocks, n_block = tile / num_blocks;
+      const int m0 = m_block * BLOCK_M;
+      const int expert = g.block_expert[m_block];
+      const unsigned short* rows[kRowsPerProducer];
+      if (MODE == kGateUp) {
+#pragma unroll
+        for (int j = 0; j < kRowsPerProducer; ++j) {
+          const int pair = g.sorted_rows[m0 + tid / 8 + 16 * j];
+          rows[j] = pair >= 0 ? x + (long long)(pair / kSlots) * H + chunk * 8 : nullptr;
+        }
+      }
+      for (int kt = 0; kt < kTiles; ++kt) {
+        mbarrier_wait(empty + 8 * stage, phase ^ 1);
+        const unsigned a_smem = smem_base + stage * kStageBytes;
+        const unsigned b_smem = a_smem + kTileABytes;
+        const unsigned bar = full + 8 * stage;
+        if (tid == 0) {
+          mbarrier_arrive_expect_tx(bar, tx_bytes);
+          load_b(p, expert, n_block, kt, b_smem, bar);
+          if (MODE == kDown) tma_load_2d(a_smem, &p.a, kt * BLOCK_K, m0, bar);
+        }
+        if (MODE == kGateUp) {
+#pragma unroll
+          for (int j = 0; j < kRowsPerProducer; ++j) {
+            const int r = tid / 8 + 16 * j;
+            const bool ok = rows[j] != nullptr;
+            cp_async_16(a_smem + swizzle_128b(r, chunk), ok ? rows[j] + kt * BLOCK_K : x, ok);
+          }
+          mbarrier_arrive_on_cp_async(bar);
+        }
+        if (++stage == STAGES) {
+          stage = 0;
+          phase ^= 1;
+        }
+      }
+    }
+    if (MODE == kGateUp) cp_async_wait<0>();
+  }
+
+  static __device__ void consume(const GemmTmaParams& p, unsigned smem_base, unsigned full,
+                                 unsigned empty, int tiles, int num_blocks) {
+    const GemmParams& g = p.gemm;
+    const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+    const int group = warp / 4, warp_in_group = warp % 4;
+    int stage = 0;
+    unsigned phase = 0;
+    float acc[kAcc];
+    for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+      const int m_block = tile % num_blocks, n_block = tile / num_blocks;
+      const int m0 = m_block * BLOCK_M + group * 64;  // this warpgroup's first row
+      // Padding rows are the tail of an expert's range: all 64 are padding when the first is.
+      const bool active = g.sorted_rows[m0] >= 0;
+      int release = -1;
+      for (int kt = 0; kt < kTiles; ++kt) {
+        mbarrier_wait(full + 8 * stage, phase);
+        if (active) {
+          // The gathered rows were written by cp.async (generic proxy); wgmma reads them
+          // through the async proxy.
+          if (MODE == kGateUp) fence_proxy_async();
+          const unsigned a_smem = smem_base + stage * kStageBytes + group * 64 * 128;
+          const unsigned b_smem = smem_base + stage * kStageBytes + kTileABytes;
+          wgmma_fence();
+          warpgroup_mma_k64<D, BLOCK_N>(acc, a_smem, b_smem, kt > 0);
+          wgmma_commit();
+          wgmma_wait<1>();  // the batch of the previous stage retired: release that stage
+        }
+        if (release >= 0 && lane == 0) mbarrier_arrive(empty + 8 * release);
+        release = stage;
+        if (++stage == STAGES) {
+          stage = 0;
+          phase ^= 1;
+        }
+      }
+      wgmma_wait<0>();
+      if (lane == 0) mbarrier_arrive(empty + 8 * release);
+      if (active) store(g, acc, m0 + warp_in_group * 16 + lane / 4, n_block, lane);
+    }
+  }
+
+  // acc[4 j + v]: row `row` (+ 8 for v >= 2), column 8 j + 2 (lane % 4) + (v & 1) of the tile.
+  static __device__ __forceinline__ void store(const GemmParams& g, const float* acc, int row,
+                                               int n_block, int lane) {
+    unsigned* out = reinterpret_cast<unsigned*>(g.out);
+    float2* y = reinterpret_cast<float2*>(g.out);
+#pragma unroll
+    for (int half = 0; half < 2; ++half, row += 8) {
+      if (MODE == kGateUp) {
+#pragma unroll
+        for (int j = 0; j < BLOCK_N / 16; ++j) {
+          const int col = n_block * kOutCols + j * 8 + (lane % 4) * 2;
+          if (col < I) {
+            const int gi = 4 * j + half * 2, ui = 4 * (j + BLOCK_N / 16) + half * 2;
+            const float h0 = silu_mul(acc[gi], acc[ui]);
+            const float h1 = silu_mul(acc[gi + 1], acc[ui + 1]);
+            out[((long long)row * I + col) / 2] = DTypeOps<D>::pack2(h0, h1);
+          }
+        }
+      } else {
+        const int pair = g.sorted_rows[row];
+        if (pair >= 0) {
+          const float weight = pair_weight<K, kSlots>(g, pair);
+#pragma unroll
+          for (int j = 0; j < BLOCK_N / 8; ++j) {
+            const int col = n_block * kOutCols + j * 8 + (lane % 4) * 2;
+            if (col < H) {
+              y[((long long)pair * H + col) / 2] =
+                  make_float2(acc[4 * j + half * 2] * weight, acc[4 * j + half * 2 + 1] * weight);
+            }
+          }
+        }
+      }
+    }
+  }
+
+  static __device__ void run(const GemmTmaParams& p) {
+    extern __shared__ __align__(1024) unsigned char smem[];
+    const unsigned smem_base = (smem_address(smem) + 1023u) & ~1023u;
+    const unsigned full = smem_base + STAGES * kStageBytes;
+    const unsigned empty = full + 8 * STAGES;
+    if (threadIdx.x == 0) {
+      for (int s = 0; s < STAGES; ++s) {
+        mbarrier_init(full + 8 * s, MODE == kGateUp ? 128 + 1 : 1);
+        mbarrier_init(empty + 8 * s, CONSUMERS * 4);
+      }
+      mbarrier_init_fence();
+    }
+    __syncthreads();
+    const int num_blocks = *p.gemm.num_blocks;
+    const int tiles = num_blocks * kColBlocks;
+    if (threadIdx.x >= 128 * CONSUMERS) {
+      if (CONSUMERS == 2) warpgroup_registers_dec<kProducerRegs>();
+      produce(p, smem_base, full, empty, tiles, num_blocks);
+    } else {
+      if (CONSUMERS == 2) warpgroup_registers_inc<kConsumerRegs>();
+      consume(p, smem_base, full, empty, tiles, num_blocks);
+    }
+  }
+};
+
+}  // namespace rt_moe
