@@ -204,7 +204,7 @@ struct GroupedGemmSm90Ws {
     int stage = 0;
     unsigned phase = 0;
     for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-      const int m_block = tile % num_blocks, n_block = tile / num_blocks;
+      const int m_block = tile / kColBlocks, n_block = tile % kColBlocks;
       const int m0 = m_block * BLOCK_M;
       const int expert = g.block_expert[m_block];
       const unsigned short* rows[kRowsPerProducer];
@@ -252,7 +252,7 @@ struct GroupedGemmSm90Ws {
     unsigned phase = 0;
     float acc[kAcc];
     for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-      const int m_block = tile % num_blocks, n_block = tile / num_blocks;
+      const int m_block = tile / kColBlocks, n_block = tile % kColBlocks;
       const int m0 = m_block * BLOCK_M + group * 64;  // this warpgroup's first row
       // Padding rows are the tail of an expert's range: all 64 are padding when the first is.
       const bool active = g.sorted_rows[m0] >= 0;
