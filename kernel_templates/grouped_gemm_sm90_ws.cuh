@@ -16,6 +16,11 @@
 //     and releases a stage (one arrival per warp on `empty`) once the batch reading it retired.
 //     A warpgroup whose 64 rows are all padding (the tail of an expert's last block) skips its
 //     MMAs and stores.
+// CLUSTER = 2: the two CTAs of a cluster take row blocks 2 j and 2 j + 1 of the same column block;
+// when both belong to one expert, each loads half of the weight tile and multicasts it to both,
+// halving the weight bytes read from L2 per FLOP (else each loads its whole tile). Consumers
+// release a stage in both CTAs (a stage is rewritten only when the two have read it), so the two
+// CTAs walk the same (tile, K tile) sequence; a missing odd block runs as all padding.
 // The ring's rows are 128 bytes with 16-byte chunks XOR-swizzled by (row % 8) from 1024-byte
 // aligned tiles: what TMA's 128-byte swizzle writes, what swizzle_128b places for the
 // gathered rows, and what wgmma's 128-byte swizzle descriptors read.
@@ -72,6 +77,38 @@ __device__ __forceinline__ void tma_load_2d(unsigned dst, const TensorMap* map, 
       "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
       " [%0], [%1, {%2, %3}], [%4];" ::"r"(dst),
       "l"(map), "r"(x), "r"(y), "r"(bar)
+      : "memory");
+}
+
+// The same copy, multicast: the box lands at `dst` in every CTA of the cluster named in `mask`,
+// each completing on its own barrier at `bar`'s offset.
+__device__ __forceinline__ void tma_load_2d_multicast(unsigned dst, const TensorMap* map, int x,
+                                                      int y, unsigned bar, unsigned short mask) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+      ".multicast::cluster [%0], [%1, {%2, %3}], [%4], %5;" ::"r"(dst),
+      "l"(map), "r"(x), "r"(y), "r"(bar), "h"(mask)
+      : "memory");
+}
+
+__device__ __forceinline__ unsigned cluster_rank() {
+  unsigned rank;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
+  return rank;
+}
+// Every thread of every CTA of the cluster: arrive (release) and wait (acquire).
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile(
+      "barrier.cluster.arrive.release.aligned;\n"
+      "barrier.cluster.wait.acquire.aligned;" ::
+          : "memory");
+}
+// One arrival on the barrier at the same offset in the shared memory of CTA `rank`.
+__device__ __forceinline__ void mbarrier_arrive_remote(unsigned bar, unsigned rank) {
+  asm volatile(
+      "{\n.reg .b32 remote;\nmapa.shared::cluster.u32 remote, %0, %1;\n"
+      "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n}" ::"r"(bar),
+      "r"(rank)
       : "memory");
 }
 
@@ -145,7 +182,7 @@ __device__ __forceinline__ void warpgroup_mma_k64(float* acc, unsigned a_smem, u
 }
 
 template <typename D, int H, int I, int E, int S, int K, int MODE, int CONSUMERS, int BLOCK_N,
-          int STAGES>
+          int STAGES, int CLUSTER>
 struct GroupedGemmSm90Ws {
   static constexpr int BLOCK_M = 64 * CONSUMERS;
   static constexpr int BLOCK_K = 64;
@@ -159,6 +196,7 @@ struct GroupedGemmSm90Ws {
   static constexpr int kTileABytes = BLOCK_M * BLOCK_K * 2;
   static constexpr int kTileBBytes = BLOCK_N * BLOCK_K * 2;
   static constexpr int kStageBytes = kTileABytes + kTileBBytes;
+  static constexpr int kHalfBBytes = kTileBBytes / 2;  // one TMA box: BLOCK_N / 2 rows
   static constexpr int kBarrierBytes = 2 * STAGES * 8;
   static constexpr int kSmemBytes = STAGES * kStageBytes + kBarrierBytes + 1024;  // + alignment
   static constexpr int kAcc = BLOCK_N / 2;  // fp32 accumulators per consumer thread
@@ -173,29 +211,66 @@ struct GroupedGemmSm90Ws {
   static_assert(BLOCK_N == 128 || BLOCK_N == 256, "one wgmma n128 or n256 per k16 step");
   static_assert(H % BLOCK_K == 0 && I % BLOCK_K == 0, "K tiles must not straddle experts");
   static_assert(STAGES >= 2, "a ring of at least two stages");
+  static_assert(CLUSTER == 1 || CLUSTER == 2, "pairs of row blocks at most");
   static_assert(kTileABytes % 1024 == 0 && kTileBBytes % 1024 == 0,
                 "tiles start 1024-byte aligned for the 128-byte swizzle");
 
-  // The B rows of an expert's weights for column block `n_block` at K tile `k_tile`.
-  static __device__ __forceinline__ void load_b(const GemmTmaParams& p, int expert, int n_block,
-                                                int k_tile, unsigned b_smem, unsigned bar) {
+  // Half `half` of the B tile (BLOCK_N / 2 rows) of an expert's weights for column block
+  // `n_block` at K tile `k_tile`: gate (0) or up (1) rows in kGateUp, the first or second half of
+  // the down rows in kDown. Multicast to both CTAs of the cluster when `multicast`.
+  static __device__ __forceinline__ void load_b_half(const GemmTmaParams& p, int expert,
+                                                     int n_block, int k_tile, int half,
+                                                     unsigned b_smem, unsigned bar,
+                                                     bool multicast) {
     const bool routed = expert < E;
     const int chunk = expert - E;  // shared expert chunk, when !routed
+    const TensorMap* map;
+    int x = k_tile * BLOCK_K, y;
     if (MODE == kGateUp) {
-      const int row = (routed ? expert : chunk) * I + n_block * (BLOCK_N / 2);
-      const TensorMap* maps = routed ? p.b_routed : p.b_shared;
-      tma_load_2d(b_smem, &maps[0], k_tile * BLOCK_K, row, bar);
-      tma_load_2d(b_smem + (BLOCK_N / 2) * 128, &maps[1], k_tile * BLOCK_K, row, bar);
+      map = (routed ? p.b_routed : p.b_shared) + half;
+      y = (routed ? expert : chunk) * I + n_block * (BLOCK_N / 2);
     } else if (routed) {
-      tma_load_2d(b_smem, &p.b_routed[0], k_tile * BLOCK_K, expert * H + n_block * BLOCK_N, bar);
+      map = &p.b_routed[0];
+      y = expert * H + n_block * BLOCK_N + half * (BLOCK_N / 2);
     } else {
       // Chunk j of the shared expert is columns [j I, (j + 1) I) of shared_down [H, S I].
-      tma_load_2d(b_smem, &p.b_shared[0], chunk * I + k_tile * BLOCK_K, n_block * BLOCK_N, bar);
+      map = &p.b_shared[0];
+      x += chunk * I;
+      y = n_block * BLOCK_N + half * (BLOCK_N / 2);
+    }
+    const unsigned dst = b_smem + half * kHalfBBytes;
+    if (multicast) {
+      tma_load_2d_multicast(dst, map, x, y, bar, (unsigned short)0x3);
+    } else {
+      tma_load_2d(dst, map, x, y, bar);
     }
   }
 
+  // The work of this CTA in tile `tile` of its cluster's sequence.
+  struct Tile {
+    int m_block, n_block, expert;
+    bool exists;     // m_block < num_blocks (an odd last block's partner does not)
+    bool multicast;  // both row blocks of the cluster belong to `expert`
+  };
+  static __device__ __forceinline__ Tile tile_of(const GemmParams& g, int tile, int num_blocks,
+                                                 int rank) {
+    Tile t;
+    const int first = (tile / kColBlocks) * CLUSTER;
+    t.n_block = tile % kColBlocks;
+    t.m_block = first + rank;
+    t.exists = t.m_block < num_blocks;
+    const int first_expert = g.block_expert[first];
+    t.expert = t.exists ? g.block_expert[t.m_block] : first_expert;
+    t.multicast = false;
+    if (CLUSTER == 2) {
+      const int second_expert = first + 1 < num_blocks ? g.block_expert[first + 1] : first_expert;
+      t.multicast = first_expert == second_expert;
+    }
+    return t;
+  }
+
   static __device__ void produce(const GemmTmaParams& p, unsigned smem_base, unsigned full,
-                                 unsigned empty, int tiles, int num_blocks) {
+                                 unsigned empty, int tiles, int num_blocks, int rank) {
     const GemmParams& g = p.gemm;
     const int tid = threadIdx.x - 128 * CONSUMERS;
     const int chunk = tid % 8;
@@ -203,15 +278,14 @@ struct GroupedGemmSm90Ws {
     const unsigned tx_bytes = MODE == kGateUp ? kTileBBytes : kTileABytes + kTileBBytes;
     int stage = 0;
     unsigned phase = 0;
-    for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-      const int m_block = tile / kColBlocks, n_block = tile % kColBlocks;
-      const int m0 = m_block * BLOCK_M;
-      const int expert = g.block_expert[m_block];
+    for (int tile = blockIdx.x / CLUSTER; tile < tiles; tile += gridDim.x / CLUSTER) {
+      const Tile t = tile_of(g, tile, num_blocks, rank);
+      const int m0 = t.m_block * BLOCK_M;
       const unsigned short* rows[kRowsPerProducer];
       if (MODE == kGateUp) {
 #pragma unroll
         for (int j = 0; j < kRowsPerProducer; ++j) {
-          const int pair = g.sorted_rows[m0 + tid / 8 + 16 * j];
+          const int pair = t.exists ? g.sorted_rows[m0 + tid / 8 + 16 * j] : -1;
           rows[j] = pair >= 0 ? x + (long long)(pair / kSlots) * H + chunk * 8 : nullptr;
         }
       }
@@ -221,8 +295,14 @@ struct GroupedGemmSm90Ws {
         const unsigned b_smem = a_smem + kTileABytes;
         const unsigned bar = full + 8 * stage;
         if (tid == 0) {
+          // The whole B tile lands here: half of it from the other CTA when multicast.
           mbarrier_arrive_expect_tx(bar, tx_bytes);
-          load_b(p, expert, n_block, kt, b_smem, bar);
+          if (t.multicast) {
+            load_b_half(p, t.expert, t.n_block, kt, rank, b_smem, bar, true);
+          } else {
+            load_b_half(p, t.expert, t.n_block, kt, 0, b_smem, bar, false);
+            load_b_half(p, t.expert, t.n_block, kt, 1, b_smem, bar, false);
+          }
           if (MODE == kDown) tma_load_2d(a_smem, &p.a, kt * BLOCK_K, m0, bar);
         }
         if (MODE == kGateUp) {
@@ -244,18 +324,25 @@ struct GroupedGemmSm90Ws {
   }
 
   static __device__ void consume(const GemmTmaParams& p, unsigned smem_base, unsigned full,
-                                 unsigned empty, int tiles, int num_blocks) {
+                                 unsigned empty, int tiles, int num_blocks, int rank) {
     const GemmParams& g = p.gemm;
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
     const int group = warp / 4, warp_in_group = warp % 4;
     int stage = 0;
     unsigned phase = 0;
     float acc[kAcc];
-    for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-      const int m_block = tile / kColBlocks, n_block = tile % kColBlocks;
-      const int m0 = m_block * BLOCK_M + group * 64;  // this warpgroup's first row
+    // A stage is free again once every consumer warp of the cluster has released it.
+    auto release_stage = [&](int s) {
+      if (lane != 0) return;
+      mbarrier_arrive(empty + 8 * s);
+      if (CLUSTER == 2) mbarrier_arrive_remote(empty + 8 * s, rank ^ 1);
+    };
+    for (int tile = blockIdx.x / CLUSTER; tile < tiles; tile += gridDim.x / CLUSTER) {
+      const Tile t = tile_of(g, tile, num_blocks, rank);
+      const int n_block = t.n_block;
+      const int m0 = t.m_block * BLOCK_M + group * 64;  // this warpgroup's first row
       // Padding rows are the tail of an expert's range: all 64 are padding when the first is.
-      const bool active = g.sorted_rows[m0] >= 0;
+      const bool active = t.exists && g.sorted_rows[m0] >= 0;
       int release = -1;
       for (int kt = 0; kt < kTiles; ++kt) {
         mbarrier_wait(full + 8 * stage, phase);
@@ -270,7 +357,7 @@ struct GroupedGemmSm90Ws {
           wgmma_commit();
           wgmma_wait<1>();  // the batch of the previous stage retired: release that stage
         }
-        if (release >= 0 && lane == 0) mbarrier_arrive(empty + 8 * release);
+        if (release >= 0) release_stage(release);
         release = stage;
         if (++stage == STAGES) {
           stage = 0;
@@ -278,7 +365,7 @@ struct GroupedGemmSm90Ws {
         }
       }
       wgmma_wait<0>();
-      if (lane == 0) mbarrier_arrive(empty + 8 * release);
+      release_stage(release);
       if (active) store(g, acc, m0 + warp_in_group * 16 + lane / 4, n_block, lane);
     }
   }
@@ -326,20 +413,29 @@ struct GroupedGemmSm90Ws {
     if (threadIdx.x == 0) {
       for (int s = 0; s < STAGES; ++s) {
         mbarrier_init(full + 8 * s, MODE == kGateUp ? 128 + 1 : 1);
-        mbarrier_init(empty + 8 * s, CONSUMERS * 4);
+        mbarrier_init(empty + 8 * s, CLUSTER * CONSUMERS * 4);
       }
       mbarrier_init_fence();
     }
-    __syncthreads();
+    // The barriers are initialized before any thread of the cluster uses them.
+    if (CLUSTER == 2) {
+      cluster_sync();
+    } else {
+      __syncthreads();
+    }
+    const int rank = CLUSTER == 2 ? int(cluster_rank()) : 0;
     const int num_blocks = *p.gemm.num_blocks;
-    const int tiles = num_blocks * kColBlocks;
+    const int tiles = (num_blocks + CLUSTER - 1) / CLUSTER * kColBlocks;  // per cluster
     if (threadIdx.x >= 128 * CONSUMERS) {
       if (CONSUMERS == 2) warpgroup_registers_dec<kProducerRegs>();
-      produce(p, smem_base, full, empty, tiles, num_blocks);
+      produce(p, smem_base, full, empty, tiles, num_blocks, rank);
     } else {
       if (CONSUMERS == 2) warpgroup_registers_inc<kConsumerRegs>();
-      consume(p, smem_base, full, empty, tiles, num_blocks);
+      consume(p, smem_base, full, empty, tiles, num_blocks, rank);
     }
+    // Neither CTA leaves while the other may still write its shared memory or arrive on its
+    // barriers.
+    if (CLUSTER == 2) cluster_sync();
   }
 };
 

@@ -33,7 +33,7 @@ namespace rt_moe::driver {
   X(cuGraphDestroy) X(cuGraphExecDestroy) X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord)     \
   X(cuEventSynchronize) X(cuEventElapsedTime) X(cuPointerGetAttribute)                            \
   X(cuOccupancyMaxActiveBlocksPerMultiprocessor) X(cuLaunchKernelEx) X(cuTensorMapEncodeTiled)    \
-  X(cuCtxCreate) X(cuCtxDestroy)
+  X(cuCtxCreate) X(cuCtxDestroy) X(cuOccupancyMaxActiveClusters)
 // clang-format on
 
 struct Api {

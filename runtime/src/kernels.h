@@ -91,4 +91,30 @@ void launch(const Kernel& kernel, Dim3 grid, const Params& params, CUstream stre
                 kernel.name.c_str(), __FILE__, __LINE__);
 }
 
+// As launch(), in clusters of `cluster` blocks along x (grid.x a multiple of it).
+template <typename Params>
+void launch_clusters(const Kernel& kernel, Dim3 grid, unsigned cluster, const Params& params,
+                     CUstream stream) {
+  static_assert(std::is_trivially_copyable_v<Params>, "kernel parameters are copied as bytes");
+  void* args[] = {const_cast<Params*>(&params)};
+  CUlaunchAttribute attribute{};
+  attribute.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+  attribute.value.clusterDim.x = cluster;
+  attribute.value.clusterDim.y = 1;
+  attribute.value.clusterDim.z = 1;
+  CUlaunchConfig config{};
+  config.gridDimX = grid.x;
+  config.gridDimY = grid.y;
+  config.gridDimZ = grid.z;
+  config.blockDimX = unsigned(kernel.threads);
+  config.blockDimY = 1;
+  config.blockDimZ = 1;
+  config.sharedMemBytes = unsigned(kernel.smem_bytes);
+  config.hStream = stream;
+  config.attrs = &attribute;
+  config.numAttrs = 1;
+  driver::check(driver::api().cuLaunchKernelEx(&config, kernel.function, args, nullptr),
+                kernel.name.c_str(), __FILE__, __LINE__);
+}
+
 }  // namespace rt_moe

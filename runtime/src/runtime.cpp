@@ -86,15 +86,37 @@ LaunchPlan MoeRuntime::Impl::build_plan(const Bucket& bucket, const GemmTile& ti
   plan.combine = loaded[6];
   plan.layout = workspace_layout(config, bucket.max_tokens, plan.tile.block_m);
   if (plan.tile.ws) {
-    int per_sm = 0;
-    RT_MOE_CALL(cuOccupancyMaxActiveBlocksPerMultiprocessor, &per_sm, plan.gate_up->function,
-                plan.gate_up->threads, std::size_t(plan.gate_up->smem_bytes));
-    if (per_sm < 1) {
-      throw Error(ErrorCode::kUnsupported,
-                  fmt::format("{}: no block fits on an SM ({} threads, {} B shared)",
-                              plan.gate_up->name, plan.gate_up->threads, plan.gate_up->smem_bytes));
+    // Persistent grid: as many blocks (clusters) as can be resident at once.
+    const Kernel& k = *plan.gate_up;
+    int resident = 0;
+    if (plan.tile.cluster > 1) {
+      CUlaunchAttribute attribute{};
+      attribute.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+      attribute.value.clusterDim.x = unsigned(plan.tile.cluster);
+      attribute.value.clusterDim.y = 1;
+      attribute.value.clusterDim.z = 1;
+      CUlaunchConfig launch{};
+      launch.gridDimX = unsigned(plan.tile.cluster * device.sm_count);
+      launch.gridDimY = launch.gridDimZ = 1;
+      launch.blockDimX = unsigned(k.threads);
+      launch.blockDimY = launch.blockDimZ = 1;
+      launch.sharedMemBytes = unsigned(k.smem_bytes);
+      launch.attrs = &attribute;
+      launch.numAttrs = 1;
+      RT_MOE_CALL(cuOccupancyMaxActiveClusters, &resident, k.function, &launch);
+      resident *= plan.tile.cluster;
+    } else {
+      RT_MOE_CALL(cuOccupancyMaxActiveBlocksPerMultiprocessor, &resident, k.function, k.threads,
+                  std::size_t(k.smem_bytes));
+      resident *= device.sm_count;
     }
-    plan.gemm_ctas = unsigned(per_sm * device.sm_count);
+    if (resident < plan.tile.cluster) {
+      throw Error(ErrorCode::kUnsupported,
+                  fmt::format("{}: no block (cluster of {}) fits on the GPU ({} threads, {} B "
+                              "shared)",
+                              k.name, plan.tile.cluster, k.threads, k.smem_bytes));
+    }
+    plan.gemm_ctas = unsigned(resident);
   }
   return plan;
 }
@@ -185,19 +207,23 @@ void MoeRuntime::Impl::enqueue(const LaunchPlan& plan, const void* x, void* out,
   const unsigned gate_up_cols = ceil_div(c.d_expert, plan.tile.block_n / 2);
   const unsigned down_cols = ceil_div(c.d_hidden, plan.tile.block_n);
   if (plan.tile.ws) {
-    // Persistent: at most one block per tile, at most as many as fit on the GPU at once.
+    // Persistent: at most one block per tile, at most as many as fit on the GPU at once; a
+    // cluster of `cluster` blocks takes that many row blocks of one column block.
+    const unsigned cluster = unsigned(plan.tile.cluster);
+    const unsigned row_groups = ceil_div(blocks, cluster) * cluster;
     GemmTmaParams tma_gate_up{};
     weight_tensor_maps(c, weights, plan.tile.block_n, false, tma_gate_up);
     tma_gate_up.gemm = gate_up;
-    launch(*plan.gate_up, {std::min(unsigned(blocks) * gate_up_cols, plan.gemm_ctas)}, tma_gate_up,
-           stream);
+    launch_clusters(*plan.gate_up, {std::min(row_groups * gate_up_cols, plan.gemm_ctas)}, cluster,
+                    tma_gate_up, stream);
     GemmTmaParams tma_down{};
     weight_tensor_maps(c, weights, plan.tile.block_n, true, tma_down);
     tma_down.a =
         tensor_map_2d(c.dtype, ptr(l.h), std::uint64_t(l.max_rows), std::uint64_t(c.d_expert),
                       std::uint64_t(c.d_expert), std::uint32_t(plan.tile.block_m), "h (workspace)");
     tma_down.gemm = down;
-    launch(*plan.down, {std::min(unsigned(blocks) * down_cols, plan.gemm_ctas)}, tma_down, stream);
+    launch_clusters(*plan.down, {std::min(row_groups * down_cols, plan.gemm_ctas)}, cluster,
+                    tma_down, stream);
   } else {
     launch(*plan.gate_up, {unsigned(blocks), gate_up_cols}, gate_up, stream);
     launch(*plan.down, {unsigned(blocks), down_cols}, down, stream);

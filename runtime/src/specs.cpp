@@ -13,7 +13,8 @@ const char* dtype_tag(DType dtype) { return dtype == DType::kF16 ? "rt_moe::F16"
 
 std::string GemmTile::describe() const {
   if (sm == 90 && ws) {
-    return fmt::format("sm90ws {}x{}x{} wg{} s{}", block_m, block_n, block_k, warps_m, stages);
+    return fmt::format("sm90ws {}x{}x{} wg{} s{}{}", block_m, block_n, block_k, warps_m, stages,
+                       cluster == 2 ? " c2" : "");
   }
   if (sm == 90) {
     return fmt::format("sm90 {}x{}x{} wg{}x{} s{}", block_m, block_n, block_k, warps_m, warps_n,
@@ -69,7 +70,9 @@ std::vector<GemmTile> candidate_tiles(const MoeConfig& c, long long max_tokens,
     space.insert(space.end(), {{64, 256, 64, 1, 1, 5, 90, true},
                                {128, 128, 64, 2, 1, 6, 90, true},
                                {128, 256, 64, 2, 1, 3, 90, true},
-                               {128, 256, 64, 2, 1, 4, 90, true}});
+                               {128, 256, 64, 2, 1, 4, 90, true},
+                               {128, 128, 64, 2, 1, 6, 90, true, 2},
+                               {128, 256, 64, 2, 1, 4, 90, true, 2}});
   }
   long long tall = 16;
   while (tall < rows_per_expert(c, max_tokens)) tall *= 2;
@@ -143,13 +146,14 @@ KernelSpec scatter_spec(const MoeConfig& c) {
 
 KernelSpec gemm_spec(const MoeConfig& c, GemmStage stage, const GemmTile& t) {
   if (t.sm == 90 && t.ws) {
-    KernelSpec spec{"grouped_gemm_sm90_ws", "grouped_gemm_sm90_ws.cuh",
-                    fmt::format("rt_moe::GroupedGemmSm90Ws<{}, {}, {}, {}, {}, {}, {}, {}, {}, {}>",
-                                dtype_tag(c.dtype), c.d_hidden, c.d_expert, c.n_routed_experts,
-                                c.n_shared_experts, c.top_k,
-                                stage == GemmStage::kGateUp ? "rt_moe::kGateUp" : "rt_moe::kDown",
-                                t.warps_m, t.block_n, t.stages),
-                    "rt_moe::GemmTmaParams"};
+    KernelSpec spec{
+        "grouped_gemm_sm90_ws", "grouped_gemm_sm90_ws.cuh",
+        fmt::format("rt_moe::GroupedGemmSm90Ws<{}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}>",
+                    dtype_tag(c.dtype), c.d_hidden, c.d_expert, c.n_routed_experts,
+                    c.n_shared_experts, c.top_k,
+                    stage == GemmStage::kGateUp ? "rt_moe::kGateUp" : "rt_moe::kDown", t.warps_m,
+                    t.block_n, t.stages, t.cluster),
+        "rt_moe::GemmTmaParams"};
     spec.min_blocks = 1;
     return spec;
   }

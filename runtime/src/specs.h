@@ -25,7 +25,8 @@ struct GemmTile {
   int stages = 4;
   int sm = 80;
   bool ws = false;
-  std::string describe() const;  // "sm80 64x128x64 w2x2 s4", "sm90ws 128x256x64 wg2 s4"
+  int cluster = 1;               // ws: CTAs per cluster sharing (multicasting) weight tiles, 1 or 2
+  std::string describe() const;  // "sm80 64x128x64 w2x2 s4", "sm90ws 128x256x64 wg2 s4 c2"
   friend bool operator==(const GemmTile&, const GemmTile&) = default;
 };
 

@@ -50,7 +50,7 @@ void weight_tensor_maps(const MoeConfig& c, const MoeWeights& w, int block_n, bo
       p.b_shared[1] = tensor_map_2d(dt, w.shared_up, S * I, H, H, rows, "weights.shared_up");
     }
   } else {
-    const auto rows = std::uint32_t(block_n);
+    const auto rows = std::uint32_t(block_n / 2);  // two boxes per tile (one per CTA of a pair)
     p.b_routed[0] = tensor_map_2d(dt, w.down, E * H, I, I, rows, "weights.down");
     if (S > 0) {
       p.b_shared[0] =

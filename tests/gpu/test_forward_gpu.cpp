@@ -198,10 +198,12 @@ TEST_CASE("NaN or Inf in one token's input stays in that token's output row", "[
 TEST_CASE("every TMA warp-specialized tile matches the reference (S = 0 and 2, bf16 and fp16)",
           "[forward]") {
   // Pinned tiles (RuntimeOptions::tile): each variant of grouped_gemm_sm90_ws.cuh on its own,
-  // with 1 and 2 consumer warpgroups, n128 and n256, 3 to 6 stages; T = 1000 gives ~333 rows per
-  // expert (several row blocks, partial last blocks, all-padding warpgroups), T = 70 ~23.
-  const char* tiles[] = {"sm90ws 64x256x64 wg1 s5", "sm90ws 128x128x64 wg2 s6",
-                         "sm90ws 128x256x64 wg2 s3", "sm90ws 128x256x64 wg2 s4"};
+  // with 1 and 2 consumer warpgroups, n128 and n256, 3 to 6 stages, alone and in CTA pairs; T =
+  // 1000 gives ~333 rows per expert (several row blocks, partial last blocks, all-padding
+  // warpgroups), T = 70 ~23.
+  const char* tiles[] = {"sm90ws 64x256x64 wg1 s5",     "sm90ws 128x128x64 wg2 s6",
+                         "sm90ws 128x256x64 wg2 s3",    "sm90ws 128x256x64 wg2 s4",
+                         "sm90ws 128x128x64 wg2 s6 c2", "sm90ws 128x256x64 wg2 s4 c2"};
   for (std::int64_t shared : {0, 2}) {
     for (int d = 0; d < 2; ++d) {
       for (const char* tile : tiles) {
