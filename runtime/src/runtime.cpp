@@ -35,6 +35,13 @@ void check_pointer(const void* p, const char* name) {
 
 unsigned ceil_div(std::int64_t a, std::int64_t b) { return unsigned((a + b - 1) / b); }
 
+// The launch order of each stage after the first kernel: overlapping the stage before wherever
+// the arch has programmatic dependent launch (every stage kernel calls grid_dependency_wait()
+// before it touches memory).
+LaunchOrder stage_order(const std::string& arch) {
+  return has_programmatic_launch(arch) ? LaunchOrder::kProgrammatic : LaunchOrder::kSerial;
+}
+
 }  // namespace
 
 const LaunchPlan& MoeRuntime::Impl::plan_for(std::int64_t tokens, CUstream capture_check) {
@@ -106,9 +113,18 @@ void MoeRuntime::Impl::enqueue_routing(const LaunchPlan& plan, const void* x, in
 
   RT_MOE_CALL(cuMemsetD32Async, ws + l.counts, 0, std::size_t(E), stream);
 
+  // The router follows the memset, not a kernel, so it launches serially (a programmatic edge
+  // only relaxes a kernel-to-kernel dependency); each later stage overlaps its launch with the
+  // stage before on sm_90 and newer.
   if (plan.router_tile.block_m == 0) {
     RouterParams params{x, router, static_cast<float*>(ptr(l.logits)), T};
-    launch(*plan.router, {ceil_div(T, kRouterTokensPerBlock), ceil_div(E, kRouterWarps)}, params,
+    // kRouterSplit warps a router row while one warp a row would leave SMs idle (DeepSeek-V3 on
+    // 132 SMs: T <= 16); the kernel reads the layout from the grid's height.
+    const unsigned token_blocks = ceil_div(T, kRouterTokensPerBlock);
+    const unsigned whole_rows = ceil_div(E, kRouterWarps);
+    const bool split = std::int64_t(token_blocks) * whole_rows < device.sm_count;
+    launch(*plan.router,
+           {token_blocks, split ? ceil_div(E, kRouterWarps / kRouterSplit) : whole_rows}, params,
            stream);
   } else {
     GemmParams params{};
@@ -130,7 +146,7 @@ void MoeRuntime::Impl::enqueue_routing(const LaunchPlan& plan, const void* x, in
   topk.expert_counts = static_cast<int*>(ptr(l.counts));
   topk.tokens = T;
   topk.routed_scaling_factor = c.routing.routed_scaling_factor;
-  launch(*plan.topk, {ceil_div(T, kTopkWarps)}, topk, stream);
+  launch(*plan.topk, {ceil_div(T, kTopkWarps)}, topk, stream, stage_order(kernels->arch()));
 }
 
 void MoeRuntime::Impl::enqueue(const LaunchPlan& plan, const void* x, void* out, int T,
@@ -151,12 +167,13 @@ void MoeRuntime::Impl::enqueue(const LaunchPlan& plan, const void* x, void* out,
                         static_cast<int*>(ptr(l.sorted_rows)),
                         T,
                         int(blocks)};
-  launch(*plan.offsets, {1}, offsets, stream);
+  const LaunchOrder order = stage_order(kernels->arch());
+  launch(*plan.offsets, {1}, offsets, stream, order);
 
   ScatterParams scatter{static_cast<const int*>(ptr(l.topk_ids)),
                         static_cast<const int*>(ptr(l.padded_offsets)),
                         static_cast<int*>(ptr(l.fill)), static_cast<int*>(ptr(l.sorted_rows)), T};
-  launch(*plan.scatter, {ceil_div(T * slots, 256)}, scatter, stream);
+  launch(*plan.scatter, {ceil_div(T * slots, 256)}, scatter, stream, order);
 
   GemmParams gate_up{};
   gate_up.a = x;
@@ -168,15 +185,17 @@ void MoeRuntime::Impl::enqueue(const LaunchPlan& plan, const void* x, void* out,
   gate_up.topk_weights = static_cast<const float*>(ptr(l.topk_weights));
   gate_up.tokens = T;
   launch(*plan.gate_up, {unsigned(blocks), ceil_div(c.d_expert, plan.tile.block_n / 2)}, gate_up,
-         stream);
+         stream, order);
 
   GemmParams down = gate_up;
   down.a = ptr(l.h);
   down.out = ptr(l.y);
-  launch(*plan.down, {unsigned(blocks), ceil_div(c.d_hidden, plan.tile.block_n)}, down, stream);
+  launch(*plan.down, {unsigned(blocks), ceil_div(c.d_hidden, plan.tile.block_n)}, down, stream,
+         order);
 
   CombineParams combine{ptr(l.y), out, T};
-  launch(*plan.combine, {ceil_div(std::int64_t(T) * (c.d_hidden / 8), 256)}, combine, stream);
+  launch(*plan.combine, {ceil_div(std::int64_t(T) * (c.d_hidden / 8), 256)}, combine, stream,
+         order);
 }
 
 MoeRuntime::MoeRuntime(const MoeConfig& config, const RuntimeOptions& options)
