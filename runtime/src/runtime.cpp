@@ -294,6 +294,7 @@ void MoeRuntime::forward(const void* x, void* out, std::int64_t tokens, CUstream
   check_pointer(x, "x");
   check_pointer(out, "out");
   driver::ScopedContext scope(m.context.get());
+  driver::check_stream_context(stream, m.context.get(), "forward");
   const LaunchPlan& plan = m.plan_for(tokens, stream);
   m.enqueue(plan, x, out, int(tokens), stream);
   m.last_plan = &plan;
@@ -312,6 +313,7 @@ void MoeRuntime::route(const void* x, std::int64_t tokens, CUstream_st* stream) 
   }
   check_pointer(x, "x");
   driver::ScopedContext scope(m.context.get());
+  driver::check_stream_context(stream, m.context.get(), "route");
   const LaunchPlan& plan = m.plan_for(tokens, stream);
   m.enqueue_routing(plan, x, int(tokens), stream);
   m.last_plan = &plan;
