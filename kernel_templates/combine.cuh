@@ -14,6 +14,8 @@ struct Combine {
   static_assert(H % 8 == 0, "rows are moved in 16-byte chunks of 8 elements");
 
   static __device__ void run(const CombineParams& p) {
+    grid_dependency_wait();  // y of the down GEMM
+    grid_dependency_trigger();
     const long long index = (long long)blockIdx.x * kThreads + threadIdx.x;
     if (index >= (long long)p.tokens * (H / 8)) return;
     const long long token = index / (H / 8), chunk = index % (H / 8);

@@ -1,6 +1,6 @@
 // Device helpers shared by the kernel families: 16-bit float types, conversions, and the PTX
-// wrappers (cp.async, ldmatrix, mma.sync). No CUDA header is included: NVRTC compiles the
-// templates with only the embedded headers, so every instruction is spelled out here.
+// wrappers (griddepcontrol, cp.async, ldmatrix, mma.sync). No CUDA header is included: NVRTC
+// compiles the templates with only the embedded headers, so every instruction is spelled out here.
 #pragma once
 
 #include "params.h"
@@ -108,6 +108,28 @@ __device__ __forceinline__ float warp_max(float v) {
   for (int offset = 16; offset > 0; offset >>= 1)
     v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
   return v;
+}
+
+// Programmatic dependent launch (sm_90 on; PTX griddepcontrol). A kernel launched with the
+// programmatic stream serialization attribute may start while its predecessor on the stream still
+// runs. grid_dependency_wait() blocks the calling thread until every prerequisite grid has
+// completed and its memory operations are visible; the "memory" clobber keeps the compiler from
+// moving loads or stores above it. A kernel launched that way calls it in every thread, on every
+// path, before its first access to memory another kernel of the forward reads or writes: then it
+// completes only after its predecessor did, so a kernel two launches later may read what this
+// one's predecessor wrote. grid_dependency_trigger() lets the next kernel launch once every block
+// of this one has called it or exited; it orders no memory (the next kernel's wait does). Both
+// compile to nothing below sm_90, where the runtime launches without the attribute.
+__device__ __forceinline__ void grid_dependency_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void grid_dependency_trigger() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;");
+#endif
 }
 
 __device__ __forceinline__ unsigned smem_address(const void* p) {

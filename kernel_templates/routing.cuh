@@ -1,10 +1,22 @@
 // Routing: the gating GEMM (logits), then scores and top-k per token (REFERENCE.md sections 1
 // and 4; the knobs are RoutingConfig's, config.h).
 //
-// RouterLogits: one warp per expert, TOKENS tokens per block. Each lane walks the hidden
-// dimension in 16-byte chunks, loading the router row once and reusing it for the block's tokens;
-// a warp reduction finishes each dot product. Logits are rounded to the activation dtype when
-// ROUND_LOGITS, as the reference does, else kept in fp32 (Qwen3, Mixtral).
+// RouterLogits: logits (T, E) = x (T, H) times router (E, H) transposed, for few tokens: a GEMV
+// bound by loads in flight (DeepSeek-V3: 3.7 MB of router for 14 KB of x a token). A block holds
+// TOKENS tokens and some router rows; the threads of a row split it in 16-byte chunks, thread j
+// taking chunks j, j + n, j + 2n, ... (n threads a row). A thread issues the router loads of up
+// to 8 of its chunks at once (past L1), then per token the x loads of the same chunks, reusing
+// each router chunk for the block's tokens, and accumulates in fp32 in chunk order; a warp sum,
+// then the sum of the row's warps in warp order (shared memory), finish each dot product. The
+// host picks one of two layouts by the grid's height (gridDim.y):
+//   ceil(E / (WARPS / SPLIT)): SPLIT warps a row, WARPS / SPLIT rows a block. For few tokens:
+//     DeepSeek-V3 at T = 1 runs 128 blocks of 2 rows, each thread 7 router loads in flight, so
+//     the whole router is requested at once from every SM, not by 32 blocks in 7 rounds.
+//   ceil(E / WARPS): one warp a row, WARPS rows a block sharing x through L1. For more tokens,
+//     where there are blocks enough and the x rereads of the split layout would cost more than
+//     they save; it sums in the same order as the one-warp-a-row kernel it replaces.
+// Logits are rounded to the activation dtype when ROUND_LOGITS, as the reference does, else kept
+// in fp32 (Qwen3, Mixtral).
 //
 // Topk: one warp per token, expert e in lane e % 32, register e / 32. Rounding points (the CPU
 // reference, tests/support/reference.h, has the same ones):
@@ -36,45 +48,119 @@
 
 namespace rt_moe {
 
-template <typename D, int H, int E, int TOKENS, int WARPS, bool ROUND_LOGITS>
+template <typename D, int H, int E, int TOKENS, int WARPS, int SPLIT, bool ROUND_LOGITS>
 struct RouterLogits {
   static constexpr int kThreads = WARPS * 32;
   static constexpr int kSmemBytes = 0;
+  static constexpr int kChunks = H / 8;  // 16-byte chunks of a row of x or of the router
   static_assert(H % 8 == 0, "rows are read in 16-byte chunks of 8 elements");
+  static_assert(TOKENS >= 1, "a block holds at least one token");
+  static_assert(SPLIT >= 1 && WARPS % SPLIT == 0, "a block holds whole rows: WARPS / SPLIT");
+  static_assert(TOKENS * (WARPS / SPLIT) <= kThreads, "one thread finishes each (token, row)");
 
-  static __device__ void run(const RouterParams& p) {
+  // Streams the router past L1: each block reads a router chunk once, and L1 keeps x, which the
+  // block's rows share.
+  static __device__ __forceinline__ Vec8 load_streaming(const Vec8* p) {
+    Vec8 v;
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.w[0]), "=r"(v.w[1]), "=r"(v.w[2]), "=r"(v.w[3])
+                 : "l"(p));
+    return v;
+  }
+
+  // The dot products of tokens [t0, t0 + TOKENS) with the block's WARPS / S router rows, S warps
+  // a row.
+  template <int S>
+  static __device__ __forceinline__ void rows(const RouterParams& p, int t0) {
+    constexpr int kRows = WARPS / S;
+    constexpr int kStride = 32 * S;                            // threads of a row
+    constexpr int kSteps = (kChunks + kStride - 1) / kStride;  // chunks of a thread
+    // Batches of at most 8 chunks: 8 router loads (and 8 x loads a token) in flight a thread,
+    // 32 + 32 registers.
+    constexpr int kBatches = (kSteps + 7) / 8;
+    constexpr int kBatch = (kSteps + kBatches - 1) / kBatches;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    // Tokens along x (up to 2^31 - 1 blocks), experts along y (E / WARPS blocks).
-    const int expert = blockIdx.y * WARPS + warp;
-    const int t0 = blockIdx.x * TOKENS;
-    if (expert >= E || t0 >= p.tokens) return;
-    const Vec8* router = reinterpret_cast<const Vec8*>(p.router) + (long long)expert * (H / 8);
-    const Vec8* x = reinterpret_cast<const Vec8*>(p.x) + (long long)t0 * (H / 8);
+    const int j = (warp % S) * 32 + lane;  // this thread's place in its row
+    const int expert = blockIdx.y * kRows + warp / S;
+    const bool active = expert < E;
+    const Vec8* router =
+        reinterpret_cast<const Vec8*>(p.router) + (long long)(active ? expert : 0) * kChunks;
+    const Vec8* x = reinterpret_cast<const Vec8*>(p.x) + (long long)t0 * kChunks;
     float acc[TOKENS];
 #pragma unroll
     for (int t = 0; t < TOKENS; ++t) acc[t] = 0.f;
-      // Unrolled so several 16-byte loads are in flight per lane: a lone warp per expert row is
-      // latency-bound otherwise (decode reads the whole router with one wave of warps).
-#pragma unroll 4
-    for (int c = lane; c < H / 8; c += 32) {
-      float r[8];
-      unpack8<D>(router[c], r);
+#pragma unroll 1
+    for (int b = 0; b < kBatches; ++b) {
+      // Chunk c = j + kStride s of the row, s = b kBatch + i: in order of s, so with S = 1 every
+      // lane sums the same chunks in the same order as one warp a row always did.
+      Vec8 r[kBatch];
+#pragma unroll
+      for (int i = 0; i < kBatch; ++i) {
+        const int c = j + kStride * (b * kBatch + i);
+        if (active && c < kChunks) r[i] = load_streaming(router + c);
+      }
 #pragma unroll
       for (int t = 0; t < TOKENS; ++t) {
         if (t0 + t < p.tokens) {
-          float v[8];
-          unpack8<D>(x[(long long)t * (H / 8) + c], v);
+          Vec8 v[kBatch];
 #pragma unroll
-          for (int i = 0; i < 8; ++i) acc[t] = fmaf(v[i], r[i], acc[t]);
+          for (int i = 0; i < kBatch; ++i) {
+            const int c = j + kStride * (b * kBatch + i);
+            if (active && c < kChunks) v[i] = x[(long long)t * kChunks + c];
+          }
+#pragma unroll
+          for (int i = 0; i < kBatch; ++i) {
+            const int c = j + kStride * (b * kBatch + i);
+            if (active && c < kChunks) {
+              float xf[8], rf[8];
+              unpack8<D>(v[i], xf);
+              unpack8<D>(r[i], rf);
+#pragma unroll
+              for (int e = 0; e < 8; ++e) acc[t] = fmaf(xf[e], rf[e], acc[t]);
+            }
+          }
         }
       }
     }
+    auto store = [&](int t, int e, float sum) {
+      p.logits[(long long)(t0 + t) * E + e] = ROUND_LOGITS ? round_to<D>(sum) : sum;
+    };
+    if constexpr (S == 1) {
 #pragma unroll
-    for (int t = 0; t < TOKENS; ++t) {
-      float sum = warp_sum(acc[t]);
-      if (lane == 0 && t0 + t < p.tokens) {
-        p.logits[(long long)(t0 + t) * E + expert] = ROUND_LOGITS ? round_to<D>(sum) : sum;
+      for (int t = 0; t < TOKENS; ++t) {
+        const float sum = warp_sum(acc[t]);
+        if (lane == 0 && active && t0 + t < p.tokens) store(t, expert, sum);
       }
+    } else {
+      __shared__ float partial[TOKENS][WARPS];  // (token, warp) warp sums
+#pragma unroll
+      for (int t = 0; t < TOKENS; ++t) {
+        const float sum = warp_sum(acc[t]);
+        if (lane == 0) partial[t][warp] = sum;
+      }
+      __syncthreads();
+      // Thread (t, row) adds the row's S warp sums in warp order.
+      const int t = threadIdx.x / kRows, row = threadIdx.x % kRows;
+      const int e = blockIdx.y * kRows + row;
+      if (t < TOKENS && e < E && t0 + t < p.tokens) {
+        float sum = partial[t][row * S];
+#pragma unroll
+        for (int k = 1; k < S; ++k) sum += partial[t][row * S + k];
+        store(t, e, sum);
+      }
+    }
+  }
+
+  static __device__ void run(const RouterParams& p) {
+    grid_dependency_wait();
+    grid_dependency_trigger();
+    const int t0 = blockIdx.x * TOKENS;
+    if (t0 >= p.tokens) return;  // the whole block
+    // The grid's height says the layout: SPLIT warps a row when it holds every expert that way.
+    if (gridDim.y * (WARPS / SPLIT) >= E) {
+      rows<SPLIT>(p, t0);
+    } else {
+      rows<1>(p, t0);
     }
   }
 };
@@ -163,6 +249,8 @@ struct Topk {
   }
 
   static __device__ void run(const TopkParams& p) {
+    grid_dependency_wait();  // the logits, and the counts zeroed before the router
+    grid_dependency_trigger();
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int token = blockIdx.x * WARPS + warp;
     if (token >= p.tokens) return;

@@ -163,6 +163,52 @@ ScopedContext::~ScopedContext() {
   }
 }
 
+namespace {
+
+// "device N" for a context, "device ?" when the driver cannot say; for error messages only.
+std::string device_of(CUcontext context) {
+  const Api& a = api();
+  if (a.cuCtxPushCurrent(context) != CUDA_SUCCESS) return "device ?";
+  CUdevice device = 0;
+  const bool known = a.cuCtxGetDevice(&device) == CUDA_SUCCESS;
+  CUcontext popped = nullptr;
+  a.cuCtxPopCurrent(&popped);
+  return known ? fmt::format("device {}", int(device)) : "device ?";
+}
+
+}  // namespace
+
+void check_stream_context(CUstream stream, CUcontext expected, const char* what) {
+  // The special handles mean "the current context's stream": cuStreamGetCtx would only echo the
+  // current context back.
+  if (stream == nullptr || stream == CU_STREAM_LEGACY || stream == CU_STREAM_PER_THREAD) return;
+  const Api& a = api();
+  // NOTES: the driver documentation does not say that cuStreamGetCtx is legal on a capturing
+  // stream, and its sibling query cuStreamGetDevice was reported to fail during stream capture
+  // (NVIDIA/cccl#9119); an illegal call would invalidate the caller's capture. So a capturing
+  // stream is only asked cuStreamGetCaptureInfo, the query made for capture (plan_for makes it
+  // too), and is not checked: a stream of another context is then left to the driver's errors.
+  CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
+  if (a.cuStreamGetCaptureInfo(stream, &capture, nullptr, nullptr, nullptr, nullptr, nullptr) ==
+          CUDA_SUCCESS &&
+      capture != CU_STREAM_CAPTURE_STATUS_NONE) {
+    return;
+  }
+  CUcontext owner = nullptr;
+  if (CUresult r = a.cuStreamGetCtx(stream, &owner); r != CUDA_SUCCESS) {
+    throw Error(ErrorCode::kCuda, fmt::format("{}: cuStreamGetCtx(stream {}) failed: {}", what,
+                                              fmt::ptr(stream), error_text(r)));
+  }
+  if (owner == expected) return;
+  const std::string device = device_of(expected);
+  throw Error(ErrorCode::kInvalidArgument,
+              fmt::format("{}: stream {} belongs to context {} ({}), not to {}'s primary context "
+                          "{} that this runtime uses; create the stream while that context is "
+                          "current (with the CUDA runtime: cudaSetDevice on that device)",
+                          what, fmt::ptr(stream), fmt::ptr(owner), device_of(owner), device,
+                          fmt::ptr(expected)));
+}
+
 // Destroy functions run in destructors: they log instead of throwing.
 void destroy_module(CUmodule m) noexcept {
   if (CUresult r = api().cuModuleUnload(m); r != CUDA_SUCCESS) {

@@ -106,6 +106,13 @@ class ScopedContext {
   bool pushed_ = false;
 };
 
+// Throws Error(kInvalidArgument) when `stream` was created in a context other than `expected`
+// (the device's primary context the caller launches in), naming both contexts and their devices;
+// `what` names the caller ("forward"). The null stream, CU_STREAM_LEGACY and CU_STREAM_PER_THREAD
+// stand for the current context's stream and are accepted as they are, and so is a stream being
+// captured (driver.cpp says why). Throws Error(kCuda) when the stream's context cannot be read.
+void check_stream_context(CUstream stream, CUcontext expected, const char* what);
+
 // Generic move-only owner of a driver handle with a non-throwing destroy function.
 template <typename Handle, void (*Destroy)(Handle)>
 class Unique {

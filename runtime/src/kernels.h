@@ -79,29 +79,46 @@ struct Dim3 {
   unsigned x = 1, y = 1, z = 1;
 };
 
+// Whether `arch` (e.g. "sm_90a") has programmatic dependent launch: sm_90 on. Kernels compiled for
+// an older arch have no griddepcontrol (common.cuh compiles it out), so they must never be launched
+// with the attribute.
+inline bool has_programmatic_launch(const std::string& arch) {
+  if (arch.rfind("sm_", 0) != 0) return false;
+  int number = 0;
+  for (std::size_t i = 3; i < arch.size() && arch[i] >= '0' && arch[i] <= '9'; ++i) {
+    number = number * 10 + (arch[i] - '0');
+  }
+  return number >= 90;
+}
+
+// How a kernel is ordered after the previous work on its stream.
+enum class LaunchOrder {
+  kSerial,  // starts after the previous work completes
+  // May start (launch, run its prologue) while the previous kernel runs
+  // (CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION). Only for kernels that call
+  // grid_dependency_wait() in every thread, on every path, before touching memory the previous
+  // kernels write or read (common.cuh), on an arch where has_programmatic_launch(). After a
+  // non-kernel operation (a memset, a copy) it orders like kSerial.
+  kProgrammatic,
+};
+
 // Launches with the kernel's own block size and shared memory, passing `params` by value as the
 // kernel's one __grid_constant__ argument.
 template <typename Params>
-void launch(const Kernel& kernel, Dim3 grid, const Params& params, CUstream stream) {
+void launch(const Kernel& kernel, Dim3 grid, const Params& params, CUstream stream,
+            LaunchOrder order = LaunchOrder::kSerial) {
   static_assert(std::is_trivially_copyable_v<Params>, "kernel parameters are copied as bytes");
   void* args[] = {const_cast<Params*>(&params)};
-  driver::check(driver::api().cuLaunchKernel(kernel.function, grid.x, grid.y, grid.z,
-                                             unsigned(kernel.threads), 1, 1,
-                                             unsigned(kernel.smem_bytes), stream, args, nullptr),
-                kernel.name.c_str(), __FILE__, __LINE__);
-}
-
-// As launch(), in clusters of `cluster` blocks along x (grid.x a multiple of it).
-template <typename Params>
-void launch_clusters(const Kernel& kernel, Dim3 grid, unsigned cluster, const Params& params,
-                     CUstream stream) {
-  static_assert(std::is_trivially_copyable_v<Params>, "kernel parameters are copied as bytes");
-  void* args[] = {const_cast<Params*>(&params)};
+  if (order == LaunchOrder::kSerial) {
+    driver::check(driver::api().cuLaunchKernel(kernel.function, grid.x, grid.y, grid.z,
+                                               unsigned(kernel.threads), 1, 1,
+                                               unsigned(kernel.smem_bytes), stream, args, nullptr),
+                  kernel.name.c_str(), __FILE__, __LINE__);
+    return;
+  }
   CUlaunchAttribute attribute{};
-  attribute.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-  attribute.value.clusterDim.x = cluster;
-  attribute.value.clusterDim.y = 1;
-  attribute.value.clusterDim.z = 1;
+  attribute.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+  attribute.value.programmaticStreamSerializationAllowed = 1;
   CUlaunchConfig config{};
   config.gridDimX = grid.x;
   config.gridDimY = grid.y;
@@ -113,6 +130,34 @@ void launch_clusters(const Kernel& kernel, Dim3 grid, unsigned cluster, const Pa
   config.hStream = stream;
   config.attrs = &attribute;
   config.numAttrs = 1;
+  driver::check(driver::api().cuLaunchKernelEx(&config, kernel.function, args, nullptr),
+                kernel.name.c_str(), __FILE__, __LINE__);
+}
+
+// As launch(), in clusters of `cluster` blocks along x (grid.x a multiple of it).
+template <typename Params>
+void launch_clusters(const Kernel& kernel, Dim3 grid, unsigned cluster, const Params& params,
+                     CUstream stream, LaunchOrder order = LaunchOrder::kSerial) {
+  static_assert(std::is_trivially_copyable_v<Params>, "kernel parameters are copied as bytes");
+  void* args[] = {const_cast<Params*>(&params)};
+  CUlaunchAttribute attributes[2] = {};
+  attributes[0].id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+  attributes[0].value.clusterDim.x = cluster;
+  attributes[0].value.clusterDim.y = 1;
+  attributes[0].value.clusterDim.z = 1;
+  attributes[1].id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+  attributes[1].value.programmaticStreamSerializationAllowed = 1;
+  CUlaunchConfig config{};
+  config.gridDimX = grid.x;
+  config.gridDimY = grid.y;
+  config.gridDimZ = grid.z;
+  config.blockDimX = unsigned(kernel.threads);
+  config.blockDimY = 1;
+  config.blockDimZ = 1;
+  config.sharedMemBytes = unsigned(kernel.smem_bytes);
+  config.hStream = stream;
+  config.attrs = attributes;
+  config.numAttrs = order == LaunchOrder::kProgrammatic ? 2 : 1;
   driver::check(driver::api().cuLaunchKernelEx(&config, kernel.function, args, nullptr),
                 kernel.name.c_str(), __FILE__, __LINE__);
 }

@@ -36,6 +36,13 @@ void check_pointer(const void* p, const char* name) {
 
 unsigned ceil_div(std::int64_t a, std::int64_t b) { return unsigned((a + b - 1) / b); }
 
+// The launch order of each stage after the first kernel: overlapping the stage before wherever
+// the arch has programmatic dependent launch (every stage kernel calls grid_dependency_wait()
+// before it touches memory).
+LaunchOrder stage_order(const std::string& arch) {
+  return has_programmatic_launch(arch) ? LaunchOrder::kProgrammatic : LaunchOrder::kSerial;
+}
+
 }  // namespace
 
 const LaunchPlan& MoeRuntime::Impl::plan_for(std::int64_t tokens, CUstream capture_check) {
@@ -140,9 +147,18 @@ void MoeRuntime::Impl::enqueue_routing(const LaunchPlan& plan, const void* x, in
 
   RT_MOE_CALL(cuMemsetD32Async, ws + l.counts, 0, std::size_t(E), stream);
 
+  // The router follows the memset, not a kernel, so it launches serially (a programmatic edge
+  // only relaxes a kernel-to-kernel dependency); each later stage overlaps its launch with the
+  // stage before on sm_90 and newer.
   if (plan.router_tile.block_m == 0) {
     RouterParams params{x, router, static_cast<float*>(ptr(l.logits)), T};
-    launch(*plan.router, {ceil_div(T, kRouterTokensPerBlock), ceil_div(E, kRouterWarps)}, params,
+    // kRouterSplit warps a router row while one warp a row would leave SMs idle (DeepSeek-V3 on
+    // 132 SMs: T <= 16); the kernel reads the layout from the grid's height.
+    const unsigned token_blocks = ceil_div(T, kRouterTokensPerBlock);
+    const unsigned whole_rows = ceil_div(E, kRouterWarps);
+    const bool split = std::int64_t(token_blocks) * whole_rows < device.sm_count;
+    launch(*plan.router,
+           {token_blocks, split ? ceil_div(E, kRouterWarps / kRouterSplit) : whole_rows}, params,
            stream);
   } else {
     GemmParams params{};
@@ -164,7 +180,7 @@ void MoeRuntime::Impl::enqueue_routing(const LaunchPlan& plan, const void* x, in
   topk.expert_counts = static_cast<int*>(ptr(l.counts));
   topk.tokens = T;
   topk.routed_scaling_factor = c.routing.routed_scaling_factor;
-  launch(*plan.topk, {ceil_div(T, kTopkWarps)}, topk, stream);
+  launch(*plan.topk, {ceil_div(T, kTopkWarps)}, topk, stream, stage_order(kernels->arch()));
 }
 
 void MoeRuntime::Impl::enqueue(const LaunchPlan& plan, const void* x, void* out, int T,
@@ -185,12 +201,13 @@ void MoeRuntime::Impl::enqueue(const LaunchPlan& plan, const void* x, void* out,
                         static_cast<int*>(ptr(l.sorted_rows)),
                         T,
                         int(blocks)};
-  launch(*plan.offsets, {1}, offsets, stream);
+  const LaunchOrder order = stage_order(kernels->arch());
+  launch(*plan.offsets, {1}, offsets, stream, order);
 
   ScatterParams scatter{static_cast<const int*>(ptr(l.topk_ids)),
                         static_cast<const int*>(ptr(l.padded_offsets)),
                         static_cast<int*>(ptr(l.fill)), static_cast<int*>(ptr(l.sorted_rows)), T};
-  launch(*plan.scatter, {ceil_div(T * slots, 256)}, scatter, stream);
+  launch(*plan.scatter, {ceil_div(T * slots, 256)}, scatter, stream, order);
 
   GemmParams gate_up{};
   gate_up.a = x;
@@ -215,7 +232,7 @@ void MoeRuntime::Impl::enqueue(const LaunchPlan& plan, const void* x, void* out,
     weight_tensor_maps(c, weights, plan.tile.block_n, false, tma_gate_up);
     tma_gate_up.gemm = gate_up;
     launch_clusters(*plan.gate_up, {std::min(row_groups * gate_up_cols, plan.gemm_ctas)}, cluster,
-                    tma_gate_up, stream);
+                    tma_gate_up, stream, order);
     GemmTmaParams tma_down{};
     weight_tensor_maps(c, weights, plan.tile.block_n, true, tma_down);
     tma_down.a =
@@ -223,14 +240,15 @@ void MoeRuntime::Impl::enqueue(const LaunchPlan& plan, const void* x, void* out,
                       std::uint64_t(c.d_expert), std::uint32_t(plan.tile.block_m), "h (workspace)");
     tma_down.gemm = down;
     launch_clusters(*plan.down, {std::min(row_groups * down_cols, plan.gemm_ctas)}, cluster,
-                    tma_down, stream);
+                    tma_down, stream, order);
   } else {
-    launch(*plan.gate_up, {unsigned(blocks), gate_up_cols}, gate_up, stream);
-    launch(*plan.down, {unsigned(blocks), down_cols}, down, stream);
+    launch(*plan.gate_up, {unsigned(blocks), gate_up_cols}, gate_up, stream, order);
+    launch(*plan.down, {unsigned(blocks), down_cols}, down, stream, order);
   }
 
   CombineParams combine{ptr(l.y), out, T};
-  launch(*plan.combine, {ceil_div(std::int64_t(T) * (c.d_hidden / 8), 256)}, combine, stream);
+  launch(*plan.combine, {ceil_div(std::int64_t(T) * (c.d_hidden / 8), 256)}, combine, stream,
+         order);
 }
 
 MoeRuntime::MoeRuntime(const MoeConfig& config, const RuntimeOptions& options)
@@ -331,6 +349,7 @@ void MoeRuntime::forward(const void* x, void* out, std::int64_t tokens, CUstream
   check_pointer(x, "x");
   check_pointer(out, "out");
   driver::ScopedContext scope(m.context.get());
+  driver::check_stream_context(stream, m.context.get(), "forward");
   const LaunchPlan& plan = m.plan_for(tokens, stream);
   m.enqueue(plan, x, out, int(tokens), stream);
   m.last_plan = &plan;
@@ -349,6 +368,7 @@ void MoeRuntime::route(const void* x, std::int64_t tokens, CUstream_st* stream) 
   }
   check_pointer(x, "x");
   driver::ScopedContext scope(m.context.get());
+  driver::check_stream_context(stream, m.context.get(), "route");
   const LaunchPlan& plan = m.plan_for(tokens, stream);
   m.enqueue_routing(plan, x, int(tokens), stream);
   m.last_plan = &plan;

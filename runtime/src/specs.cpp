@@ -107,11 +107,11 @@ GemmTile router_tile(const MoeConfig& c, long long max_tokens) {
 
 KernelSpec router_spec(const MoeConfig& c, const GemmTile& tile) {
   if (tile.block_m != 0) return gemm_spec(c, GemmStage::kRouter, tile);
-  return {
-      "routing", "routing.cuh",
-      fmt::format("rt_moe::RouterLogits<{}, {}, {}, {}, {}, {}>", dtype_tag(c.dtype), c.d_hidden,
-                  c.n_routed_experts, kRouterTokensPerBlock, kRouterWarps, !c.routing.logits_fp32),
-      "rt_moe::RouterParams"};
+  return {"routing", "routing.cuh",
+          fmt::format("rt_moe::RouterLogits<{}, {}, {}, {}, {}, {}, {}>", dtype_tag(c.dtype),
+                      c.d_hidden, c.n_routed_experts, kRouterTokensPerBlock, kRouterWarps,
+                      kRouterSplit, !c.routing.logits_fp32),
+          "rt_moe::RouterParams"};
 }
 
 KernelSpec topk_spec(const MoeConfig& c) {

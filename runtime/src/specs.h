@@ -60,8 +60,12 @@ int tile_smem_bytes(const GemmTile& tile);
 std::vector<GemmTile> candidate_tiles(const MoeConfig& config, long long max_tokens,
                                       const std::string& arch, int max_smem);
 
+// The CUDA-core router (routing.cuh RouterLogits): blocks of kRouterWarps warps and
+// kRouterTokensPerBlock tokens, either kRouterSplit warps a router row (few tokens: more, smaller
+// blocks, DeepSeek-V3 fills 128 SMs at T = 1) or one warp a row; the launch picks by grid height.
 inline constexpr int kRouterTokensPerBlock = 4;
 inline constexpr int kRouterWarps = 8;
+inline constexpr int kRouterSplit = 4;
 inline constexpr int kTopkWarps = 4;
 
 KernelSpec router_spec(const MoeConfig& config, const GemmTile& router_tile);

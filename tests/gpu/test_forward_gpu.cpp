@@ -232,3 +232,75 @@ TEST_CASE("every TMA warp-specialized tile matches the reference (S = 0 and 2, b
 }
 
 }  // namespace rt_moe::test
+
+namespace rt_moe::test {
+namespace {
+
+void destroy_context(CUcontext context) noexcept { driver::api().cuCtxDestroy(context); }
+
+// A context of its own on device 0 (not the primary one) holding one stream. cuCtxCreate makes
+// the new context current; the constructor pops it, so the caller's context is current again.
+// cuCtxDestroy releases the stream along with the context, on every path out of the test.
+struct ForeignStream {
+  driver::Unique<CUcontext, destroy_context> context;
+  CUstream stream = nullptr;
+
+  ForeignStream() {
+    CUdevice device = 0;
+    RT_MOE_CALL(cuDeviceGet, &device, 0);
+    CUcontext raw = nullptr;
+    RT_MOE_CALL(cuCtxCreate, &raw, nullptr, 0, device);
+    context = driver::Unique<CUcontext, destroy_context>(raw);
+    RT_MOE_CALL(cuStreamCreate, &stream, CU_STREAM_NON_BLOCKING);
+    CUcontext popped = nullptr;
+    RT_MOE_CALL(cuCtxPopCurrent, &popped);
+  }
+};
+
+// The Error that `call` throws; kInternal and an empty message when it throws nothing.
+template <typename Call>
+std::pair<ErrorCode, std::string> error_of(Call&& call) {
+  try {
+    call();
+  } catch (const Error& e) {
+    return {e.code(), e.what()};
+  }
+  return {ErrorCode::kInternal, ""};
+}
+
+}  // namespace
+
+TEST_CASE("a stream of another context is refused; the primary context's streams work",
+          "[forward]") {
+  Fixture f(make_config(256, 64, 8, 1, 2, DType::kBF16), 111);
+  CUcontext primary = nullptr;
+  RT_MOE_CALL(cuCtxGetCurrent, &primary);
+  const std::int64_t tokens = 17;
+  std::vector<std::uint16_t> x = random_activations(f.config, tokens, 1300);
+  driver::DeviceBuffer x_dev = upload(x), out_dev(tokens * 256 * 2);
+  ForeignStream foreign;
+  CUcontext current = nullptr;
+  RT_MOE_CALL(cuCtxGetCurrent, &current);
+  REQUIRE(current == primary);
+
+  const auto forward = error_of(
+      [&] { f.moe.forward(x_dev.as<const void>(), out_dev.as<void>(), tokens, foreign.stream); });
+  INFO("forward: " << forward.second);
+  CHECK(forward.first == ErrorCode::kInvalidArgument);
+  CHECK(forward.second.find("context") != std::string::npos);
+  const auto route = error_of([&] { f.moe.route(x_dev.as<const void>(), tokens, foreign.stream); });
+  INFO("route: " << route.second);
+  CHECK(route.first == ErrorCode::kInvalidArgument);
+  CHECK(route.second.find("context") != std::string::npos);
+  std::printf("refused: %s\n", forward.second.c_str());
+  RT_MOE_CALL(cuCtxGetCurrent, &current);
+  CHECK(current == primary);  // the refusal left the caller's context current
+
+  // A stream of the primary context, and the legacy default stream, still work.
+  f.check(tokens, 1300, "stream of the primary context");
+  check_forward(f.moe, f.weights, x, x_dev, out_dev, tokens, nullptr, "legacy default stream");
+  f.moe.route(x_dev.as<const void>(), tokens, CU_STREAM_PER_THREAD);
+  RT_MOE_CALL(cuStreamSynchronize, CU_STREAM_PER_THREAD);
+}
+
+}  // namespace rt_moe::test
