@@ -1,7 +1,11 @@
 // Grouped GEMM with a warp-specialized TMA pipeline on sm_90a: the Hopper path for prefill.
 //
-// A persistent grid (one block per SM) walks the tiles of (row block, column block) with the
-// row block fastest, so the blocks in flight at a time share their experts' weight tiles in L2.
+// A persistent grid (one block per SM) walks the tiles of (row block, column block), column block
+// fastest, so that the blocks in flight at a time share their A rows and their experts' weight
+// tiles in L2. Without clusters the tiles are handed out by an atomic counter (in tile order, so
+// blocks that run faster or slower never drift apart in the order and lose that sharing); CTA
+// pairs walk a static sequence. The producer passes each tile's index to the consumers with the
+// tile's first stage (a per-stage slot in shared memory), and -1 when there is no more work.
 // A block has one producer warpgroup and CONSUMERS consumer warpgroups:
 //   - the producer fills a STAGES-deep ring of A and B tiles (64 K elements each): weight tiles
 //     (B: gate and up rows, or down rows) and, in kDown, the h rows (A, contiguous in sorted
@@ -112,6 +116,12 @@ __device__ __forceinline__ void mbarrier_arrive_remote(unsigned bar, unsigned ra
       : "memory");
 }
 
+// bar.sync on named barrier ID among THREADS threads (whole warps).
+template <int ID, int THREADS>
+__device__ __forceinline__ void named_barrier_sync() {
+  asm volatile("bar.sync %0, %1;" ::"n"(ID), "n"(THREADS) : "memory");
+}
+
 template <int REGS>
 __device__ __forceinline__ void warpgroup_registers_dec() {
   asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(REGS));
@@ -197,7 +207,8 @@ struct GroupedGemmSm90Ws {
   static constexpr int kTileBBytes = BLOCK_N * BLOCK_K * 2;
   static constexpr int kStageBytes = kTileABytes + kTileBBytes;
   static constexpr int kHalfBBytes = kTileBBytes / 2;  // one TMA box: BLOCK_N / 2 rows
-  static constexpr int kBarrierBytes = 2 * STAGES * 8;
+  // full and empty barriers, the per-stage tile slots, two broadcast slots for the producer.
+  static constexpr int kBarrierBytes = 2 * STAGES * 8 + STAGES * 4 + 8;
   static constexpr int kSmemBytes = STAGES * kStageBytes + kBarrierBytes + 1024;  // + alignment
   static constexpr int kAcc = BLOCK_N / 2;  // fp32 accumulators per consumer thread
   // Gathered A rows (kGateUp): 8 chunks of 16 bytes per 128-byte row, 128 producer threads.
@@ -270,7 +281,8 @@ struct GroupedGemmSm90Ws {
   }
 
   static __device__ void produce(const GemmTmaParams& p, unsigned smem_base, unsigned full,
-                                 unsigned empty, int tiles, int num_blocks, int rank) {
+                                 unsigned empty, int* tile_slots, int* broadcast, int tiles,
+                                 int num_blocks, int rank) {
     const GemmParams& g = p.gemm;
     const int tid = threadIdx.x - 128 * CONSUMERS;
     const int chunk = tid % 8;
@@ -278,7 +290,31 @@ struct GroupedGemmSm90Ws {
     const unsigned tx_bytes = MODE == kGateUp ? kTileBBytes : kTileABytes + kTileBBytes;
     int stage = 0;
     unsigned phase = 0;
-    for (int tile = blockIdx.x / CLUSTER; tile < tiles; tile += gridDim.x / CLUSTER) {
+    int static_tile = blockIdx.x / CLUSTER;
+    // The next tile of this CTA: CTA pairs take a static sequence; single CTAs take the next one
+    // in order from the counter (thread 0 fetches, the other producer threads read it from shared
+    // memory; two slots, as a slow thread may still read one while thread 0 fills the other).
+    auto next_tile = [&](int iteration) {
+      if (CLUSTER == 2) {
+        const int tile = static_tile;
+        static_tile += gridDim.x / CLUSTER;
+        return tile;
+      }
+      if (tid == 0) broadcast[iteration & 1] = atomicAdd(p.tile_counter, 1);
+      named_barrier_sync<1, 128>();
+      return broadcast[iteration & 1];
+    };
+    for (int iteration = 0;; ++iteration) {
+      const int tile = next_tile(iteration);
+      if (tile >= tiles) {
+        // No more work: a stage that carries -1 instead of data tells the consumers.
+        mbarrier_wait(empty + 8 * stage, phase ^ 1);
+        // The same arrivals as a stage of data: every gathering thread, and thread 0 for the TMA.
+        if (tid == 0) tile_slots[stage] = -1;
+        if (MODE == kGateUp || tid == 0) mbarrier_arrive(full + 8 * stage);
+        if (MODE == kGateUp && tid == 0) mbarrier_arrive(full + 8 * stage);
+        break;
+      }
       const Tile t = tile_of(g, tile, num_blocks, rank);
       const int m0 = t.m_block * BLOCK_M;
       const unsigned short* rows[kRowsPerProducer];
@@ -295,6 +331,7 @@ struct GroupedGemmSm90Ws {
         const unsigned b_smem = a_smem + kTileABytes;
         const unsigned bar = full + 8 * stage;
         if (tid == 0) {
+          if (kt == 0) tile_slots[stage] = tile;  // published by the arrival below
           // The whole B tile lands here: half of it from the other CTA when multicast.
           mbarrier_arrive_expect_tx(bar, tx_bytes);
           if (t.multicast) {
@@ -324,7 +361,7 @@ struct GroupedGemmSm90Ws {
   }
 
   static __device__ void consume(const GemmTmaParams& p, unsigned smem_base, unsigned full,
-                                 unsigned empty, int tiles, int num_blocks, int rank) {
+                                 unsigned empty, const int* tile_slots, int num_blocks, int rank) {
     const GemmParams& g = p.gemm;
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
     const int group = warp / 4, warp_in_group = warp % 4;
@@ -337,7 +374,11 @@ struct GroupedGemmSm90Ws {
       mbarrier_arrive(empty + 8 * s);
       if (CLUSTER == 2) mbarrier_arrive_remote(empty + 8 * s, rank ^ 1);
     };
-    for (int tile = blockIdx.x / CLUSTER; tile < tiles; tile += gridDim.x / CLUSTER) {
+    for (;;) {
+      // The tile comes with its first stage.
+      mbarrier_wait(full + 8 * stage, phase);
+      const int tile = tile_slots[stage];
+      if (tile < 0) break;
       const Tile t = tile_of(g, tile, num_blocks, rank);
       const int n_block = t.n_block;
       const int m0 = t.m_block * BLOCK_M + group * 64;  // this warpgroup's first row
@@ -345,7 +386,7 @@ struct GroupedGemmSm90Ws {
       const bool active = t.exists && g.sorted_rows[m0] >= 0;
       int release = -1;
       for (int kt = 0; kt < kTiles; ++kt) {
-        mbarrier_wait(full + 8 * stage, phase);
+        if (kt > 0) mbarrier_wait(full + 8 * stage, phase);
         if (active) {
           // The gathered rows were written by cp.async (generic proxy); wgmma reads them
           // through the async proxy.
@@ -413,6 +454,8 @@ struct GroupedGemmSm90Ws {
     const unsigned smem_base = (smem_address(smem) + 1023u) & ~1023u;
     const unsigned full = smem_base + STAGES * kStageBytes;
     const unsigned empty = full + 8 * STAGES;
+    int* tile_slots = reinterpret_cast<int*>(smem + (empty + 8 * STAGES - smem_address(smem)));
+    int* broadcast = tile_slots + STAGES;
     if (threadIdx.x == 0) {
       for (int s = 0; s < STAGES; ++s) {
         mbarrier_init(full + 8 * s, MODE == kGateUp ? 128 + 1 : 1);
@@ -431,10 +474,10 @@ struct GroupedGemmSm90Ws {
     const int tiles = (num_blocks + CLUSTER - 1) / CLUSTER * kColBlocks;  // per cluster
     if (threadIdx.x >= 128 * CONSUMERS) {
       if (CONSUMERS == 2) warpgroup_registers_dec<kProducerRegs>();
-      produce(p, smem_base, full, empty, tiles, num_blocks, rank);
+      produce(p, smem_base, full, empty, tile_slots, broadcast, tiles, num_blocks, rank);
     } else {
       if (CONSUMERS == 2) warpgroup_registers_inc<kConsumerRegs>();
-      consume(p, smem_base, full, empty, tiles, num_blocks, rank);
+      consume(p, smem_base, full, empty, tile_slots, num_blocks, rank);
     }
     // Neither CTA leaves while the other may still write its shared memory or arrive on its
     // barriers.

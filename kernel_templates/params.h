@@ -79,6 +79,7 @@ struct GemmTmaParams {
   TensorMap b_shared[2];  // gate/up: shared_gate, shared_up [S I, H]; down: shared_down [H, S I]
   TensorMap a;            // down: h [max_rows, I]; unused by gate/up (gathered by cp.async)
   GemmParams gemm;
+  int* tile_counter;  // (1) zero at launch: the next tile to hand out (without clusters)
 };
 
 struct CombineParams {

@@ -31,7 +31,9 @@ WorkspaceLayout workspace_layout(const MoeConfig& c, std::int64_t max_tokens, in
   l.logits = take(sizeof(float) * T * E);
   l.topk_ids = take(sizeof(int) * T * k);
   l.topk_weights = take(sizeof(float) * T * k);
-  l.counts = take(sizeof(int) * E);
+  // The tile counters follow the expert counts, so that one memset zeroes both.
+  l.counts = take(sizeof(int) * (E + 2));
+  l.tile_counters = l.counts + sizeof(int) * E;
   l.fill = take(sizeof(int) * (E + S));
   l.padded_offsets = take(sizeof(int) * (E + S + 1));
   l.block_expert = take(sizeof(int) * l.max_blocks);

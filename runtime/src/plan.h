@@ -20,7 +20,8 @@ struct WorkspaceLayout {
   std::size_t logits = 0;          // float (T, E)
   std::size_t topk_ids = 0;        // int (T, k)
   std::size_t topk_weights = 0;    // float (T, k)
-  std::size_t counts = 0;          // int (E)
+  std::size_t counts = 0;          // int (E), then the two tile counters
+  std::size_t tile_counters = 0;   // int (2): the TMA grouped GEMMs' next tile (gate/up, down)
   std::size_t fill = 0;            // int (E + S)
   std::size_t padded_offsets = 0;  // int (E + S + 1)
   std::size_t block_expert = 0;    // int (max_blocks)

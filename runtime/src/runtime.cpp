@@ -145,7 +145,7 @@ void MoeRuntime::Impl::enqueue_routing(const LaunchPlan& plan, const void* x, in
   auto ptr = [ws](std::size_t offset) { return reinterpret_cast<void*>(ws + offset); };
   const std::int64_t E = c.n_routed_experts;
 
-  RT_MOE_CALL(cuMemsetD32Async, ws + l.counts, 0, std::size_t(E), stream);
+  RT_MOE_CALL(cuMemsetD32Async, ws + l.counts, 0, std::size_t(E + 2), stream);  // + tile counters
 
   // The router follows the memset, not a kernel, so it launches serially (a programmatic edge
   // only relaxes a kernel-to-kernel dependency); each later stage overlaps its launch with the
@@ -231,6 +231,7 @@ void MoeRuntime::Impl::enqueue(const LaunchPlan& plan, const void* x, void* out,
     GemmTmaParams tma_gate_up{};
     weight_tensor_maps(c, weights, plan.tile.block_n, false, tma_gate_up);
     tma_gate_up.gemm = gate_up;
+    tma_gate_up.tile_counter = static_cast<int*>(ptr(l.tile_counters));
     launch_clusters(*plan.gate_up, {std::min(row_groups * gate_up_cols, plan.gemm_ctas)}, cluster,
                     tma_gate_up, stream, order);
     GemmTmaParams tma_down{};
@@ -239,6 +240,7 @@ void MoeRuntime::Impl::enqueue(const LaunchPlan& plan, const void* x, void* out,
         tensor_map_2d(c.dtype, ptr(l.h), std::uint64_t(l.max_rows), std::uint64_t(c.d_expert),
                       std::uint64_t(c.d_expert), std::uint32_t(plan.tile.block_m), "h (workspace)");
     tma_down.gemm = down;
+    tma_down.tile_counter = static_cast<int*>(ptr(l.tile_counters)) + 1;
     launch_clusters(*plan.down, {std::min(row_groups * down_cols, plan.gemm_ctas)}, cluster,
                     tma_down, stream, order);
   } else {
