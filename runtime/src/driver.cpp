@@ -1,14 +1,36 @@
 #include "driver.h"
 
+#include <cudaTypedefs.h>
 #include <dlfcn.h>
 #include <fmt/format.h>
 
 #include <mutex>
+#include <string_view>
+#include <type_traits>
 
 #include "base/log.h"
 
 namespace rt_moe::driver {
 namespace {
+
+// The API version to ask cuGetProcAddress for, so that the function returned has the ABI of
+// cuda.h's declaration, which the table's member types are. For most functions that is
+// CUDA_VERSION: the header maps the name to the newest ABI. A few names keep their original
+// declaration while the driver, asked at CUDA_VERSION, returns a newer ABI with more parameters
+// (cudaTypedefs.h: PFN_cuCtxSynchronize_v13000 takes a context, PFN_cuStreamGetCtx_v12050 a green
+// context); calling that through the old declaration passes garbage (a crash in cuStreamGetCtx
+// was how this showed).
+constexpr int abi_version(std::string_view name) {
+  if (name == "cuStreamGetCtx") return 9020;
+  if (name == "cuCtxSynchronize" || name == "cuCtxGetDevice") return 2000;
+  return CUDA_VERSION;
+}
+static_assert(std::is_same_v<decltype(&::cuStreamGetCtx), PFN_cuStreamGetCtx_v9020>,
+              "cuStreamGetCtx is declared with its 9.2 ABI: abi_version must say so");
+static_assert(std::is_same_v<decltype(&::cuCtxSynchronize), PFN_cuCtxSynchronize_v2000>,
+              "cuCtxSynchronize is declared with its 2.0 ABI: abi_version must say so");
+static_assert(std::is_same_v<decltype(&::cuCtxGetDevice), PFN_cuCtxGetDevice_v2000>,
+              "cuCtxGetDevice is declared with its 2.0 ABI: abi_version must say so");
 
 struct Loaded {
   Api api;
@@ -33,16 +55,16 @@ Loaded load() {
     return loaded;
   }
   std::string missing;
-#define RT_MOE_LOAD_FUNCTION(name)                                                  \
-  {                                                                                 \
-    void* fn = nullptr;                                                             \
-    CUdriverProcAddressQueryResult status = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;   \
-    if (get_proc(#name, &fn, CUDA_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, &status) != \
-            CUDA_SUCCESS ||                                                         \
-        fn == nullptr) {                                                            \
-      missing += std::string(missing.empty() ? "" : ", ") + #name;                  \
-    }                                                                               \
-    loaded.api.name = reinterpret_cast<decltype(loaded.api.name)>(fn);              \
+#define RT_MOE_LOAD_FUNCTION(name)                                                        \
+  {                                                                                       \
+    void* fn = nullptr;                                                                   \
+    CUdriverProcAddressQueryResult status = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;         \
+    if (get_proc(#name, &fn, abi_version(#name), CU_GET_PROC_ADDRESS_DEFAULT, &status) != \
+            CUDA_SUCCESS ||                                                               \
+        fn == nullptr) {                                                                  \
+      missing += std::string(missing.empty() ? "" : ", ") + #name;                        \
+    }                                                                                     \
+    loaded.api.name = reinterpret_cast<decltype(loaded.api.name)>(fn);                    \
   }
   RT_MOE_DRIVER_FUNCTIONS(RT_MOE_LOAD_FUNCTION)
 #undef RT_MOE_LOAD_FUNCTION
