@@ -368,8 +368,12 @@ struct GroupedGemmSm90Ws {
     int stage = 0;
     unsigned phase = 0;
     float acc[kAcc];
-    // A stage is free again once every consumer warp of the cluster has released it.
+    // A stage is free again once every consumer warp of the cluster has released it. The warp
+    // barrier orders every lane's reads of the stage (its tile slot included) before lane 0's
+    // arrival (racecheck saw the slot written again after lanes 1-31 read it, with nothing
+    // between those reads and the release but the warp's lockstep).
     auto release_stage = [&](int s) {
+      __syncwarp();
       if (lane != 0) return;
       mbarrier_arrive(empty + 8 * s);
       if (CLUSTER == 2) mbarrier_arrive_remote(empty + 8 * s, rank ^ 1);

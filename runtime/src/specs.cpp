@@ -91,6 +91,9 @@ std::vector<GemmTile> candidate_tiles(const MoeConfig& c, long long max_tokens,
 GemmTile default_tile(const MoeConfig& c, long long max_tokens, const std::string& arch) {
   const long long rows = rows_per_expert(c, max_tokens);
   if (rows <= 16) return {16, 128, 64, 1, 4, 4};
+  // 17-64 rows: still weight-bound; the TMA ring keeps 5 x 40 KB of weights in flight per SM
+  // (DeepSeek-V3 T = 512 on the H200: 5.58 ms against 6.10 for sm80 32x128, docs/PERF.md).
+  if (rows <= 64 && has_tma_path(c, arch)) return {64, 256, 64, 1, 1, 5, 90, true};
   if (rows <= 32) return {32, 128, 64, 2, 2, 4};
   if (rows <= 64) return {64, 128, 64, 2, 2, 4};
   if (has_tma_path(c, arch)) return {128, 256, 64, 2, 1, 4, 90, true};
