@@ -103,50 +103,32 @@ enum class LaunchOrder {
 };
 
 // Launches with the kernel's own block size and shared memory, passing `params` by value as the
-// kernel's one __grid_constant__ argument.
+// kernel's one __grid_constant__ argument; `cluster` > 1 groups that many blocks along x into a
+// cluster (grid.x a multiple of it).
 template <typename Params>
 void launch(const Kernel& kernel, Dim3 grid, const Params& params, CUstream stream,
-            LaunchOrder order = LaunchOrder::kSerial) {
+            LaunchOrder order = LaunchOrder::kSerial, unsigned cluster = 1) {
   static_assert(std::is_trivially_copyable_v<Params>, "kernel parameters are copied as bytes");
   void* args[] = {const_cast<Params*>(&params)};
-  if (order == LaunchOrder::kSerial) {
+  if (order == LaunchOrder::kSerial && cluster == 1) {
     driver::check(driver::api().cuLaunchKernel(kernel.function, grid.x, grid.y, grid.z,
                                                unsigned(kernel.threads), 1, 1,
                                                unsigned(kernel.smem_bytes), stream, args, nullptr),
                   kernel.name.c_str(), __FILE__, __LINE__);
     return;
   }
-  CUlaunchAttribute attribute{};
-  attribute.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
-  attribute.value.programmaticStreamSerializationAllowed = 1;
-  CUlaunchConfig config{};
-  config.gridDimX = grid.x;
-  config.gridDimY = grid.y;
-  config.gridDimZ = grid.z;
-  config.blockDimX = unsigned(kernel.threads);
-  config.blockDimY = 1;
-  config.blockDimZ = 1;
-  config.sharedMemBytes = unsigned(kernel.smem_bytes);
-  config.hStream = stream;
-  config.attrs = &attribute;
-  config.numAttrs = 1;
-  driver::check(driver::api().cuLaunchKernelEx(&config, kernel.function, args, nullptr),
-                kernel.name.c_str(), __FILE__, __LINE__);
-}
-
-// As launch(), in clusters of `cluster` blocks along x (grid.x a multiple of it).
-template <typename Params>
-void launch_clusters(const Kernel& kernel, Dim3 grid, unsigned cluster, const Params& params,
-                     CUstream stream, LaunchOrder order = LaunchOrder::kSerial) {
-  static_assert(std::is_trivially_copyable_v<Params>, "kernel parameters are copied as bytes");
-  void* args[] = {const_cast<Params*>(&params)};
   CUlaunchAttribute attributes[2] = {};
-  attributes[0].id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-  attributes[0].value.clusterDim.x = cluster;
-  attributes[0].value.clusterDim.y = 1;
-  attributes[0].value.clusterDim.z = 1;
-  attributes[1].id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
-  attributes[1].value.programmaticStreamSerializationAllowed = 1;
+  unsigned count = 0;
+  if (order == LaunchOrder::kProgrammatic) {
+    attributes[count].id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+    attributes[count++].value.programmaticStreamSerializationAllowed = 1;
+  }
+  if (cluster > 1) {
+    attributes[count].id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+    attributes[count].value.clusterDim.x = cluster;
+    attributes[count].value.clusterDim.y = 1;
+    attributes[count++].value.clusterDim.z = 1;
+  }
   CUlaunchConfig config{};
   config.gridDimX = grid.x;
   config.gridDimY = grid.y;
@@ -157,7 +139,7 @@ void launch_clusters(const Kernel& kernel, Dim3 grid, unsigned cluster, const Pa
   config.sharedMemBytes = unsigned(kernel.smem_bytes);
   config.hStream = stream;
   config.attrs = attributes;
-  config.numAttrs = order == LaunchOrder::kProgrammatic ? 2 : 1;
+  config.numAttrs = count;
   driver::check(driver::api().cuLaunchKernelEx(&config, kernel.function, args, nullptr),
                 kernel.name.c_str(), __FILE__, __LINE__);
 }

@@ -232,8 +232,8 @@ void MoeRuntime::Impl::enqueue(const LaunchPlan& plan, const void* x, void* out,
     weight_tensor_maps(c, weights, plan.tile.block_n, false, tma_gate_up);
     tma_gate_up.gemm = gate_up;
     tma_gate_up.tile_counter = static_cast<int*>(ptr(l.tile_counters));
-    launch_clusters(*plan.gate_up, {std::min(row_groups * gate_up_cols, plan.gemm_ctas)}, cluster,
-                    tma_gate_up, stream, order);
+    launch(*plan.gate_up, {std::min(row_groups * gate_up_cols, plan.gemm_ctas)}, tma_gate_up,
+           stream, order, cluster);
     GemmTmaParams tma_down{};
     weight_tensor_maps(c, weights, plan.tile.block_n, true, tma_down);
     tma_down.a =
@@ -241,8 +241,8 @@ void MoeRuntime::Impl::enqueue(const LaunchPlan& plan, const void* x, void* out,
                       std::uint64_t(c.d_expert), std::uint32_t(plan.tile.block_m), "h (workspace)");
     tma_down.gemm = down;
     tma_down.tile_counter = static_cast<int*>(ptr(l.tile_counters)) + 1;
-    launch_clusters(*plan.down, {std::min(row_groups * down_cols, plan.gemm_ctas)}, cluster,
-                    tma_down, stream, order);
+    launch(*plan.down, {std::min(row_groups * down_cols, plan.gemm_ctas)}, tma_down, stream, order,
+           cluster);
   } else {
     launch(*plan.gate_up, {unsigned(blocks), gate_up_cols}, gate_up, stream, order);
     launch(*plan.down, {unsigned(blocks), down_cols}, down, stream, order);
