@@ -37,6 +37,9 @@
 #include "specs.h"
 #include "tool_common.h"
 
+// git describe of the tree this binary was built from (cmake/git_commit.cmake).
+extern const char* const rt_moe_git_commit;
+
 namespace rt_moe::tools {
 namespace {
 
@@ -319,7 +322,7 @@ int bench(const Options& options) {
   const std::string nvrtc_version = nvrtc::version();
   std::printf("device: %s (%s, %d SMs), driver %d, NVRTC %s, rt_moe %s\n", device.name.c_str(),
               arch.c_str(), device.sm_count, device.driver_version, nvrtc_version.c_str(),
-              RT_MOE_GIT_COMMIT);
+              rt_moe_git_commit);
   std::printf("model: %s: %s, routing %s\n", model.name.c_str(), config.describe().c_str(),
               config.routing.describe().c_str());
   std::fflush(stdout);
@@ -415,7 +418,7 @@ int bench(const Options& options) {
 
   if (!options.json_file.empty()) {
     json doc = {{"tool", "rt_moe_bench"},
-                {"git_commit", RT_MOE_GIT_COMMIT},
+                {"git_commit", rt_moe_git_commit},
                 {"device",
                  {{"name", device.name},
                   {"arch", arch},
