@@ -102,6 +102,42 @@ enum class LaunchOrder {
   kProgrammatic,
 };
 
+// The extended launch attributes of a launch: programmatic serialization and a cluster shape.
+struct LaunchAttributes {
+  CUlaunchAttribute items[2] = {};
+  unsigned count = 0;
+  LaunchAttributes(LaunchOrder order, unsigned cluster) {
+    if (order == LaunchOrder::kProgrammatic) {
+      items[count].id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+      items[count++].value.programmaticStreamSerializationAllowed = 1;
+    }
+    if (cluster > 1) {
+      items[count].id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+      items[count].value.clusterDim.x = cluster;
+      items[count].value.clusterDim.y = 1;
+      items[count++].value.clusterDim.z = 1;
+    }
+  }
+};
+
+// The launch configuration of `kernel` (its own block size and shared memory) on `grid`; it
+// points into `attributes`, which must outlive it. Also what the occupancy queries take.
+inline CUlaunchConfig launch_config(const Kernel& kernel, Dim3 grid, CUstream stream,
+                                    LaunchAttributes& attributes) {
+  CUlaunchConfig config{};
+  config.gridDimX = grid.x;
+  config.gridDimY = grid.y;
+  config.gridDimZ = grid.z;
+  config.blockDimX = unsigned(kernel.threads);
+  config.blockDimY = 1;
+  config.blockDimZ = 1;
+  config.sharedMemBytes = unsigned(kernel.smem_bytes);
+  config.hStream = stream;
+  config.attrs = attributes.items;
+  config.numAttrs = attributes.count;
+  return config;
+}
+
 // Launches with the kernel's own block size and shared memory, passing `params` by value as the
 // kernel's one __grid_constant__ argument; `cluster` > 1 groups that many blocks along x into a
 // cluster (grid.x a multiple of it).
@@ -117,29 +153,8 @@ void launch(const Kernel& kernel, Dim3 grid, const Params& params, CUstream stre
                   kernel.name.c_str(), __FILE__, __LINE__);
     return;
   }
-  CUlaunchAttribute attributes[2] = {};
-  unsigned count = 0;
-  if (order == LaunchOrder::kProgrammatic) {
-    attributes[count].id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
-    attributes[count++].value.programmaticStreamSerializationAllowed = 1;
-  }
-  if (cluster > 1) {
-    attributes[count].id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-    attributes[count].value.clusterDim.x = cluster;
-    attributes[count].value.clusterDim.y = 1;
-    attributes[count++].value.clusterDim.z = 1;
-  }
-  CUlaunchConfig config{};
-  config.gridDimX = grid.x;
-  config.gridDimY = grid.y;
-  config.gridDimZ = grid.z;
-  config.blockDimX = unsigned(kernel.threads);
-  config.blockDimY = 1;
-  config.blockDimZ = 1;
-  config.sharedMemBytes = unsigned(kernel.smem_bytes);
-  config.hStream = stream;
-  config.attrs = attributes;
-  config.numAttrs = count;
+  LaunchAttributes attributes(order, cluster);
+  const CUlaunchConfig config = launch_config(kernel, grid, stream, attributes);
   driver::check(driver::api().cuLaunchKernelEx(&config, kernel.function, args, nullptr),
                 kernel.name.c_str(), __FILE__, __LINE__);
 }

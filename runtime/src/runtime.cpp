@@ -97,20 +97,11 @@ LaunchPlan MoeRuntime::Impl::build_plan(const Bucket& bucket, const GemmTile& ti
     const Kernel& k = *plan.gate_up;
     int resident = 0;
     if (plan.tile.cluster > 1) {
-      CUlaunchAttribute attribute{};
-      attribute.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-      attribute.value.clusterDim.x = unsigned(plan.tile.cluster);
-      attribute.value.clusterDim.y = 1;
-      attribute.value.clusterDim.z = 1;
-      CUlaunchConfig launch{};
-      launch.gridDimX = unsigned(plan.tile.cluster * device.sm_count);
-      launch.gridDimY = launch.gridDimZ = 1;
-      launch.blockDimX = unsigned(k.threads);
-      launch.blockDimY = launch.blockDimZ = 1;
-      launch.sharedMemBytes = unsigned(k.smem_bytes);
-      launch.attrs = &attribute;
-      launch.numAttrs = 1;
-      RT_MOE_CALL(cuOccupancyMaxActiveClusters, &resident, k.function, &launch);
+      const unsigned cluster = unsigned(plan.tile.cluster);
+      LaunchAttributes attributes(LaunchOrder::kSerial, cluster);
+      const CUlaunchConfig config =
+          launch_config(k, {cluster * unsigned(device.sm_count)}, nullptr, attributes);
+      RT_MOE_CALL(cuOccupancyMaxActiveClusters, &resident, k.function, &config);
       resident *= plan.tile.cluster;
     } else {
       RT_MOE_CALL(cuOccupancyMaxActiveBlocksPerMultiprocessor, &resident, k.function, k.threads,
