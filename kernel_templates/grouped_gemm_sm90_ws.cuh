@@ -1,8 +1,8 @@
 // Grouped GEMM with a warp-specialized TMA pipeline on sm_90a: the Hopper path for prefill.
 //
-// A persistent grid (one block per SM) walks the tiles of (row block, column block), column block
-// fastest, so that the blocks in flight at a time share their A rows and their experts' weight
-// tiles in L2. Without clusters the tiles are handed out by an atomic counter (in tile order, so
+// A persistent grid (one block per SM) walks the tiles of (row block, column block) in an order
+// that keeps the readers of a weight tile, and those of a block's A rows, close together in time
+// (tile_of), so that they share them in L2. Without clusters the tiles are handed out by an atomic counter (in tile order, so
 // blocks that run faster or slower never drift apart in the order and lose that sharing); CTA
 // pairs walk a static sequence. The producer passes each tile's index to the consumers with the
 // tile's first stage (a per-stage slot in shared memory), and -1 when there is no more work.
@@ -263,20 +263,39 @@ struct GroupedGemmSm90Ws {
     bool exists;     // m_block < num_blocks (an odd last block's partner does not)
     bool multicast;  // both row blocks of the cluster belong to `expert`
   };
+  // Without clusters, the tile order runs expert by expert and, inside an expert, band by band of
+  // up to `band` row blocks: a band's tiles go column block by column block, its row blocks
+  // fastest. The blocks that read one weight tile are then `rows` (at most `band`) consecutive
+  // tiles, and those that read one row block's A rows `rows` tiles apart: since the counter hands
+  // tiles out in order, both groups run at nearly the same time and find the data in L2. (Column
+  // block fastest, band = 1, keeps A rows shared but spreads a weight tile's readers
+  // kColBlocks tiles apart, long enough for L2 to lose it: the same weights were read from DRAM
+  // up to 6 times.)
   static __device__ __forceinline__ Tile tile_of(const GemmParams& g, int tile, int num_blocks,
-                                                 int rank) {
+                                                 int rank, int band) {
     Tile t;
+    t.multicast = false;
+    if (CLUSTER == 1) {
+      const int slot = tile / kColBlocks;  // a row block of the band that holds this tile
+      t.expert = g.block_expert[slot];
+      const int first = g.padded_offsets[t.expert] / BLOCK_M;
+      const int end = min(g.padded_offsets[t.expert + 1] / BLOCK_M, num_blocks);
+      const int band0 = first + (slot - first) / band * band;
+      const int rows = min(band, end - band0);
+      const int local = tile - band0 * kColBlocks;
+      t.n_block = local / rows;
+      t.m_block = band0 + local % rows;
+      t.exists = true;
+      return t;
+    }
     const int first = (tile / kColBlocks) * CLUSTER;
     t.n_block = tile % kColBlocks;
     t.m_block = first + rank;
     t.exists = t.m_block < num_blocks;
     const int first_expert = g.block_expert[first];
     t.expert = t.exists ? g.block_expert[t.m_block] : first_expert;
-    t.multicast = false;
-    if (CLUSTER == 2) {
-      const int second_expert = first + 1 < num_blocks ? g.block_expert[first + 1] : first_expert;
-      t.multicast = first_expert == second_expert;
-    }
+    const int second_expert = first + 1 < num_blocks ? g.block_expert[first + 1] : first_expert;
+    t.multicast = first_expert == second_expert;
     return t;
   }
 
@@ -284,6 +303,7 @@ struct GroupedGemmSm90Ws {
                                  unsigned empty, int* tile_slots, int* broadcast, int tiles,
                                  int num_blocks, int rank) {
     const GemmParams& g = p.gemm;
+    const int band = p.band;
     const int tid = threadIdx.x - 128 * CONSUMERS;
     const int chunk = tid % 8;
     const unsigned short* x = reinterpret_cast<const unsigned short*>(g.a);
@@ -315,7 +335,7 @@ struct GroupedGemmSm90Ws {
         if (MODE == kGateUp && tid == 0) mbarrier_arrive(full + 8 * stage);
         break;
       }
-      const Tile t = tile_of(g, tile, num_blocks, rank);
+      const Tile t = tile_of(g, tile, num_blocks, rank, band);
       const int m0 = t.m_block * BLOCK_M;
       const unsigned short* rows[kRowsPerProducer];
       if (MODE == kGateUp) {
@@ -363,6 +383,7 @@ struct GroupedGemmSm90Ws {
   static __device__ void consume(const GemmTmaParams& p, unsigned smem_base, unsigned full,
                                  unsigned empty, const int* tile_slots, int num_blocks, int rank) {
     const GemmParams& g = p.gemm;
+    const int band = p.band;
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
     const int group = warp / 4, warp_in_group = warp % 4;
     int stage = 0;
@@ -383,7 +404,7 @@ struct GroupedGemmSm90Ws {
       mbarrier_wait(full + 8 * stage, phase);
       const int tile = tile_slots[stage];
       if (tile < 0) break;
-      const Tile t = tile_of(g, tile, num_blocks, rank);
+      const Tile t = tile_of(g, tile, num_blocks, rank, band);
       const int n_block = t.n_block;
       const int m0 = t.m_block * BLOCK_M + group * 64;  // this warpgroup's first row
       // Padding rows are the tail of an expert's range: all 64 are padding when the first is.
@@ -441,8 +462,10 @@ struct GroupedGemmSm90Ws {
           for (int j = 0; j < BLOCK_N / 8; ++j) {
             const int col = n_block * kOutCols + j * 8 + (lane % 4) * 2;
             if (col < H) {
-              y[((long long)pair * H + col) / 2] =
-                  make_float2(acc[4 * j + half * 2] * weight, acc[4 * j + half * 2 + 1] * weight);
+              // Streaming (evict-first): y is read once, by the combine, and should not push
+              // the weight and h tiles that other blocks still read out of L2.
+              __stcs(&y[((long long)pair * H + col) / 2],
+                     make_float2(acc[4 * j + half * 2] * weight, acc[4 * j + half * 2 + 1] * weight));
             }
           }
         }

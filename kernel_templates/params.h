@@ -60,6 +60,7 @@ struct GemmParams {
   const int* sorted_rows;        // (max_rows)
   const int* block_expert;       // (max_blocks)
   const int* num_blocks;         // (1)
+  const int* padded_offsets;     // (E + S + 1): expert e's rows start at padded_offsets[e]
   const float* topk_weights;     // (T, k), down only
   int tokens;
   int round_logits;  // router only: 1 rounds the logits to the dtype, 0 keeps fp32
@@ -80,6 +81,7 @@ struct GemmTmaParams {
   TensorMap a;            // down: h [max_rows, I]; unused by gate/up (gathered by cp.async)
   GemmParams gemm;
   int* tile_counter;  // (1) zero at launch: the next tile to hand out (without clusters)
+  int band;           // row blocks per band of the tile order (>= 1; see tile_of), no clusters
 };
 
 struct CombineParams {

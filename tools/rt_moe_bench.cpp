@@ -61,6 +61,8 @@ struct Options {
   bool tune = false;  // also time a tuning runtime: heuristic vs tuned per T
   std::string tile;   // pin the grouped GEMM tile (RuntimeOptions::tile)
   bool launch_timing = true;
+  bool profile = false;    // one more forward per T between cuProfilerStart and cuProfilerStop
+  std::vector<int> bands;  // also time every T with each RuntimeOptions::tile_band
 };
 
 double seconds_since(Clock::time_point start) {
@@ -220,6 +222,16 @@ TokenResult bench_tokens(MoeRuntime& moe, const test::HostWeights* weights, std:
   r.graph_ms = time_graph_ms(moe, x_dev, out_dev, tokens, options, flush, stream);
   r.route_ms = median(time_events_ms(stream, options.iters, &flush,
                                      [&] { moe.route(x_dev.as<const void>(), tokens, stream); }));
+  if (options.profile) {
+    // Exactly one forward, L2 flushed, for `ncu --profile-from-start off` (or nsys
+    // --capture-range).
+    flush(stream);
+    RT_MOE_CALL(cuStreamSynchronize, stream);
+    RT_MOE_CALL(cuProfilerStart);
+    moe.forward(x_dev.as<const void>(), out_dev.as<void>(), tokens, stream);
+    RT_MOE_CALL(cuStreamSynchronize, stream);
+    RT_MOE_CALL(cuProfilerStop);
+  }
 
   const double T = double(tokens), H = double(c.d_hidden), I = double(c.d_expert);
   const double E = double(c.n_routed_experts), S = double(c.n_shared_experts);
@@ -405,6 +417,20 @@ int bench(const Options& options) {
     }
   }
 
+  // Each tile order band on its own runtime (same weights), after the main table's runtime.
+  std::vector<std::vector<double>> band_ms;
+  for (int band : options.bands) {
+    RuntimeOptions band_options = heuristic_options;
+    band_options.tile_band = band;
+    MoeRuntime banded(config, band_options);
+    banded.prepare(weights.view());
+    band_ms.emplace_back();
+    for (const TokenResult& r : results) {
+      band_ms.back().push_back(
+          bench_tokens(banded, nullptr, r.tokens, options, hbm, gemm, flush, stream.get()).ms);
+    }
+  }
+
   bool all_pass = true;
   std::printf("\n%8s %10s %10s %9s %9s %10s %11s %10s %9s  %s\n", "T", "ms", "graph ms", "TFLOP/s",
               "GB/s", "floor ms", "time/floor", "tuned ms", "route ms", "check");
@@ -414,6 +440,16 @@ int bench(const Options& options) {
                 (long long)r.tokens, r.ms, r.graph_ms, r.tflops, r.gbps, r.floor_ms, r.over_floor,
                 tuned.c_str(), r.route_ms, check_cell(r).c_str());
     all_pass = all_pass && (!r.checked || r.check.pass());
+  }
+  if (!options.bands.empty()) {
+    std::printf("\n%8s", "T");
+    for (int band : options.bands) std::printf(" %11s", fmt::format("band {} ms", band).c_str());
+    std::printf("\n");
+    for (std::size_t i = 0; i < results.size(); ++i) {
+      std::printf("%8lld", (long long)results[i].tokens);
+      for (const std::vector<double>& ms : band_ms) std::printf(" %11.4f", ms[i]);
+      std::printf("\n");
+    }
   }
 
   if (!options.json_file.empty()) {
@@ -497,6 +533,15 @@ int main(int argc, char** argv) {
                  "counts, as a PNG file");
   app.add_flag("!--no-launch-timing", options.launch_timing,
                "Skip timing forward()'s host enqueue cost at T = 1");
+  app.add_flag("--profile", options.profile,
+               "After timing each T, run one more forward (L2 flushed) between cuProfilerStart "
+               "and cuProfilerStop, for `ncu --profile-from-start off`");
+  app.add_option(
+         "--band", options.bands,
+         "Also time every T with each of these tile order bands (RuntimeOptions::tile_band, "
+         "row blocks; comma-separated), each on its own runtime, and print a table")
+      ->delimiter(',')
+      ->check(CLI::Range(1, 1 << 20));
   app.add_option("--tile", options.tile,
                  "Pin the grouped GEMM tile for every T, as the plan column prints it (e.g. "
                  "\"sm90ws 128x256x64 wg2 s4\"); a T whose bucket cannot use it fails");

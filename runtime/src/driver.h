@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cuda.h>
+#include <cudaProfiler.h>
 
 #include <cstddef>
 #include <string>
@@ -33,7 +34,8 @@ namespace rt_moe::driver {
   X(cuGraphDestroy) X(cuGraphExecDestroy) X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord)     \
   X(cuEventSynchronize) X(cuEventElapsedTime) X(cuPointerGetAttribute)                            \
   X(cuOccupancyMaxActiveBlocksPerMultiprocessor) X(cuLaunchKernelEx) X(cuTensorMapEncodeTiled)    \
-  X(cuCtxCreate) X(cuCtxDestroy) X(cuOccupancyMaxActiveClusters)
+  X(cuCtxCreate) X(cuCtxDestroy) X(cuOccupancyMaxActiveClusters) X(cuProfilerStart)              \
+  X(cuProfilerStop)
 // clang-format on
 
 struct Api {

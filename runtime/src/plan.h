@@ -51,6 +51,7 @@ struct LaunchPlan {
   const Kernel* down = nullptr;
   const Kernel* combine = nullptr;
   unsigned gemm_ctas = 0;  // persistent grid of the TMA grouped GEMMs (tile.ws): blocks that fit
+  int tile_band = 0;       // their tile order: row blocks per band (GemmTmaParams::band)
 };
 
 }  // namespace rt_moe

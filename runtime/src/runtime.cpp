@@ -21,6 +21,10 @@
 namespace rt_moe {
 namespace {
 
+// Row blocks per band of the TMA GEMMs' tile order (see LaunchPlan::tile_band).
+constexpr int kDefaultTileBand = 8;
+constexpr int kMaxTileBand = 1 << 20;
+
 bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
 
 void check_pointer(const void* p, const char* name) {
@@ -115,6 +119,10 @@ LaunchPlan MoeRuntime::Impl::build_plan(const Bucket& bucket, const GemmTile& ti
                               k.name, plan.tile.cluster, k.threads, k.smem_bytes));
     }
     plan.gemm_ctas = unsigned(resident);
+    // The readers of a weight tile are at most this many consecutive tiles, those of a row
+    // block's A rows this many tiles apart: small enough for both to stay in L2 (tile_of in
+    // grouped_gemm_sm90_ws.cuh).
+    plan.tile_band = tile_band > 0 ? tile_band : kDefaultTileBand;
   }
   return plan;
 }
@@ -207,6 +215,7 @@ void MoeRuntime::Impl::enqueue(const LaunchPlan& plan, const void* x, void* out,
   gate_up.sorted_rows = static_cast<const int*>(ptr(l.sorted_rows));
   gate_up.block_expert = static_cast<const int*>(ptr(l.block_expert));
   gate_up.num_blocks = static_cast<const int*>(ptr(l.num_blocks));
+  gate_up.padded_offsets = static_cast<const int*>(ptr(l.padded_offsets));
   gate_up.topk_weights = static_cast<const float*>(ptr(l.topk_weights));
   gate_up.tokens = T;
   GemmParams down = gate_up;
@@ -223,6 +232,7 @@ void MoeRuntime::Impl::enqueue(const LaunchPlan& plan, const void* x, void* out,
     weight_tensor_maps(c, weights, plan.tile.block_n, false, tma_gate_up);
     tma_gate_up.gemm = gate_up;
     tma_gate_up.tile_counter = static_cast<int*>(ptr(l.tile_counters));
+    tma_gate_up.band = plan.tile_band;
     launch(*plan.gate_up, {std::min(row_groups * gate_up_cols, plan.gemm_ctas)}, tma_gate_up,
            stream, order, cluster);
     GemmTmaParams tma_down{};
@@ -232,6 +242,7 @@ void MoeRuntime::Impl::enqueue(const LaunchPlan& plan, const void* x, void* out,
                       std::uint64_t(c.d_expert), std::uint32_t(plan.tile.block_m), "h (workspace)");
     tma_down.gemm = down;
     tma_down.tile_counter = static_cast<int*>(ptr(l.tile_counters)) + 1;
+    tma_down.band = plan.tile_band;
     launch(*plan.down, {std::min(row_groups * down_cols, plan.gemm_ctas)}, tma_down, stream, order,
            cluster);
   } else {
@@ -240,7 +251,7 @@ void MoeRuntime::Impl::enqueue(const LaunchPlan& plan, const void* x, void* out,
   }
 
   CombineParams combine{ptr(l.y), out, T};
-  launch(*plan.combine, {ceil_div(std::int64_t(T) * (c.d_hidden / 8), 256)}, combine, stream,
+  launch(*plan.combine, {ceil_div(std::int64_t(T) * (c.d_hidden / 4), 256)}, combine, stream,
          order);
 }
 
@@ -265,6 +276,12 @@ MoeRuntime::MoeRuntime(const MoeConfig& config, const RuntimeOptions& options)
   std::string arch = options.arch.empty() ? impl_->device.arch() : options.arch;
   impl_->tuning = options.tuning;
   impl_->pinned_tile = options.tile;
+  if (options.tile_band < 0 || options.tile_band > kMaxTileBand) {
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("tile_band = {}: want 0 (the default) to {} row blocks",
+                            options.tile_band, kMaxTileBand));
+  }
+  impl_->tile_band = options.tile_band;
   if (impl_->tuning == RuntimeOptions::Tuning::kStored && env().tune) {
     impl_->tuning = RuntimeOptions::Tuning::kTune;
   }

@@ -21,6 +21,7 @@ struct MoeRuntime::Impl {
   MoeConfig config;
   RuntimeOptions::Tuning tuning = RuntimeOptions::Tuning::kStored;
   std::string pinned_tile;  // RuntimeOptions::tile
+  int tile_band = 0;        // RuntimeOptions::tile_band, validated
   driver::PrimaryContext context;
   driver::DeviceInfo device;
   std::unique_ptr<KernelCache> kernels;

@@ -216,6 +216,26 @@ TEST_CASE("every TMA warp-specialized tile matches the reference (S = 0 and 2, b
       }
     }
   }
+  // The tile order's bands (RuntimeOptions::tile_band) only reorder the tiles: column block
+  // fastest (1), and bands of 3 row blocks, which split the shared experts' 16 row blocks (and
+  // the routed experts' ~4) unevenly.
+  for (int band : {1, 3}) {
+    RuntimeOptions banded;
+    banded.tile = "sm90ws 64x256x64 wg1 s5";
+    banded.tile_band = band;
+    Fixture f(make_config(1024, 512, 16, 2, 4, DType::kBF16), 85 + band, banded);
+    INFO("tile_band = " << band);
+    f.check(1000, 720 + band, "tile order band");
+  }
+  RuntimeOptions negative;
+  negative.tile_band = -1;
+  try {
+    MoeRuntime moe(make_config(1024, 512, 16, 1, 4, DType::kBF16), negative);
+    FAIL("tile_band = -1 was accepted");
+  } catch (const Error& e) {
+    CHECK(e.code() == ErrorCode::kInvalidArgument);
+    CHECK(std::string(e.what()).find("tile_band = -1") != std::string::npos);
+  }
   // A pinned tile that is no candidate: a clear error, nothing launched.
   RuntimeOptions options;
   options.tile = "sm90ws 96x256x64 wg2 s4";

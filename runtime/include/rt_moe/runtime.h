@@ -56,6 +56,10 @@ struct RuntimeOptions {
   // Error(kInvalidArgument) listing the candidates. Empty: chosen as `tuning` says. For
   // benchmarks and tests.
   std::string tile;
+  // Row blocks per band of the tile order of the persistent (sm90ws) grouped GEMMs: the blocks
+  // that read one weight tile are at most this many consecutive tiles. 0: the default (8). Any
+  // value computes the same result; for benchmarks. Negative: Error(kInvalidArgument).
+  int tile_band = 0;
 };
 
 class MoeRuntime {
