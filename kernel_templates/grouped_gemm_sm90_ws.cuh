@@ -389,10 +389,8 @@ struct GroupedGemmSm90Ws {
     int stage = 0;
     unsigned phase = 0;
     float acc[kAcc];
-    // A stage is free again once every consumer warp of the cluster has released it. The warp
-    // barrier orders every lane's reads of the stage (its tile slot included) before lane 0's
-    // arrival (racecheck saw the slot written again after lanes 1-31 read it, with nothing
-    // between those reads and the release but the warp's lockstep).
+    // A stage is free again once every consumer warp of the cluster has released it: lane 0
+    // arrives for its warp, after the warp barrier (the stage's data is read by wgmma only).
     auto release_stage = [&](int s) {
       __syncwarp();
       if (lane != 0) return;
@@ -402,7 +400,12 @@ struct GroupedGemmSm90Ws {
     for (;;) {
       // The tile comes with its first stage.
       mbarrier_wait(full + 8 * stage, phase);
-      const int tile = tile_slots[stage];
+      // Lane 0, the lane that releases the stage, reads its tile slot and passes it on: a read
+      // by lanes 1-31 would come before the producer rewrites the slot only through lane 0's
+      // arrival, an order that racecheck does not see (it reported a WAR hazard on the slot).
+      int tile = 0;
+      if (lane == 0) tile = tile_slots[stage];
+      tile = __shfl_sync(0xffffffffu, tile, 0);
       if (tile < 0) break;
       const Tile t = tile_of(g, tile, num_blocks, rank, band);
       const int n_block = t.n_block;

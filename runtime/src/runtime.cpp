@@ -251,7 +251,7 @@ void MoeRuntime::Impl::enqueue(const LaunchPlan& plan, const void* x, void* out,
   }
 
   CombineParams combine{ptr(l.y), out, T};
-  launch(*plan.combine, {ceil_div(std::int64_t(T) * (c.d_hidden / 4), 256)}, combine, stream,
+  launch(*plan.combine, {combine_blocks(T, c.d_hidden)}, combine, stream,
          order);
 }
 

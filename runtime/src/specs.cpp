@@ -187,6 +187,10 @@ KernelSpec combine_spec(const MoeConfig& c) {
           "rt_moe::CombineParams"};
 }
 
+unsigned combine_blocks(std::int64_t tokens, std::int64_t d_hidden) {
+  return unsigned((tokens * (d_hidden / 4) + 255) / 256);
+}
+
 std::vector<KernelSpec> forward_specs(const MoeConfig& c, const GemmTile& tile,
                                       const GemmTile& router) {
   return {router_spec(c, router),

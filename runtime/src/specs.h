@@ -74,6 +74,8 @@ KernelSpec offsets_spec(const MoeConfig& config, int block_m);
 KernelSpec scatter_spec(const MoeConfig& config);
 KernelSpec gemm_spec(const MoeConfig& config, GemmStage stage, const GemmTile& tile);
 KernelSpec combine_spec(const MoeConfig& config);
+// The combine's grid: 256-thread blocks, one thread per 4 outputs (combine.cuh).
+unsigned combine_blocks(std::int64_t tokens, std::int64_t d_hidden);
 
 // Every spec a forward of a bucket of up to `max_tokens` tokens runs with the heuristic tiles.
 std::vector<KernelSpec> forward_specs(const MoeConfig& config, long long max_tokens,

@@ -16,6 +16,7 @@
 #include "kernels.h"
 #include "params.h"
 #include "reference.h"
+#include "specs.h"
 
 extern char** environ;
 
@@ -27,10 +28,12 @@ constexpr int kSlots = 3;
 constexpr int kTokens = 37;
 
 KernelSpec combine_kernel() {
-  return {
-      "combine", "combine.cuh",
-      "rt_moe::Combine<rt_moe::BF16, " + std::to_string(kH) + ", " + std::to_string(kSlots) + ">",
-      "rt_moe::CombineParams"};
+  MoeConfig config;
+  config.d_hidden = kH;
+  config.top_k = kSlots;
+  config.n_shared_experts = 0;
+  config.dtype = DType::kBF16;
+  return combine_spec(config);
 }
 
 // Launches the combine kernel on random data and checks every output against the host sum.
@@ -43,7 +46,7 @@ void launch_and_check(const Kernel& kernel) {
   y_dev.upload(y.data(), y.size() * 4);
   RT_MOE_CALL(cuMemsetD8Async, out_dev.get(), 0xFF, out_dev.bytes(), nullptr);
   CombineParams params{y_dev.as<const void>(), out_dev.as<void>(), kTokens};
-  launch(kernel, {unsigned((kTokens * (kH / 8) + 255) / 256)}, params, nullptr);
+  launch(kernel, {combine_blocks(kTokens, kH)}, params, nullptr);
   RT_MOE_CALL(cuCtxSynchronize);
   std::vector<std::uint16_t> out(std::size_t(kTokens) * kH);
   out_dev.download(out.data(), out.size() * 2);
