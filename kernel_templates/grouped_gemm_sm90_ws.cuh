@@ -39,6 +39,7 @@
 #include "common.cuh"
 #include "grouped_gemm_sm90.cuh"
 #include "tile_loader.cuh"
+#include "tile_order.h"
 
 namespace rt_moe {
 
@@ -263,28 +264,18 @@ struct GroupedGemmSm90Ws {
     bool exists;     // m_block < num_blocks (an odd last block's partner does not)
     bool multicast;  // both row blocks of the cluster belong to `expert`
   };
-  // Without clusters, the tile order runs expert by expert and, inside an expert, band by band of
-  // up to `band` row blocks: a band's tiles go column block by column block, its row blocks
-  // fastest. The blocks that read one weight tile are then `rows` (at most `band`) consecutive
-  // tiles, and those that read one row block's A rows `rows` tiles apart: since the counter hands
-  // tiles out in order, both groups run at nearly the same time and find the data in L2. (Column
-  // block fastest, band = 1, keeps A rows shared but spreads a weight tile's readers
-  // kColBlocks tiles apart, long enough for L2 to lose it: the same weights were read from DRAM
-  // up to 6 times.)
+  // Without clusters, in bands of row blocks (tile_order.h); CTA pairs take row blocks 2 j and
+  // 2 j + 1 of one column block, column block fastest.
   static __device__ __forceinline__ Tile tile_of(const GemmParams& g, int tile, int num_blocks,
                                                  int rank, int band) {
     Tile t;
     t.multicast = false;
     if (CLUSTER == 1) {
-      const int slot = tile / kColBlocks;  // a row block of the band that holds this tile
-      t.expert = g.block_expert[slot];
-      const int first = g.padded_offsets[t.expert] / BLOCK_M;
-      const int end = min(g.padded_offsets[t.expert + 1] / BLOCK_M, num_blocks);
-      const int band0 = first + (slot - first) / band * band;
-      const int rows = min(band, end - band0);
-      const int local = tile - band0 * kColBlocks;
-      t.n_block = local / rows;
-      t.m_block = band0 + local % rows;
+      const BandTile b = band_tile(tile, kColBlocks, band, num_blocks, g.block_expert,
+                                   g.padded_offsets, BLOCK_M);
+      t.m_block = b.m_block;
+      t.n_block = b.n_block;
+      t.expert = b.expert;
       t.exists = true;
       return t;
     }
