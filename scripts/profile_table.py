@@ -1,0 +1,56 @@
+#!/usr/bin/env python3
+"""Prints the per-stage table of scripts/profile from ncu's CSV (--csv, one row per metric).
+
+Usage: profile_table.py PROFILE.csv TOKENS   (TOKENS: the comma-separated token counts, in the
+order the benchmark ran them; each forward is the 7 kernels from rt_moe_router to rt_moe_combine).
+"""
+import csv
+import sys
+
+STAGES = ["router", "topk", "offsets", "scatter", "gate_up", "down", "combine"]
+
+
+def number(text):
+    return float(text.replace(",", "")) if text not in ("", "n/a") else float("nan")
+
+
+def main():
+    path, tokens = sys.argv[1], [int(t) for t in sys.argv[2].split(",")]
+    with open(path, newline="") as f:
+        lines = f.read().splitlines()
+    start = next((i for i, l in enumerate(lines) if l.startswith('"ID"')), None)
+    if start is None:
+        sys.exit(f"profile_table.py: no ncu CSV header in {path}")
+    kernels = {}  # ID -> (name, {metric: value in base units})
+    for row in csv.DictReader(lines[start:]):
+        name, metrics = kernels.setdefault(int(row["ID"]), (row["Kernel Name"], {}))
+        value, unit = number(row["Metric Value"]), row["Metric Unit"]
+        scale = {"Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9, "us": 1e3, "ms": 1e6, "usecond": 1e3,
+                 "msecond": 1e6}.get(unit, 1.0)
+        metrics[row["Metric Name"]] = value * scale
+    ordered = [kernels[i] for i in sorted(kernels)]
+    if len(ordered) != len(STAGES) * len(tokens):
+        sys.exit(f"profile_table.py: {len(ordered)} kernels profiled, expected "
+                 f"{len(STAGES)} per forward x {len(tokens)} token counts")
+    print(f"{'T':>7} {'stage':>8} {'us':>10} {'DRAM rd GB':>11} {'DRAM wr GB':>11} "
+          f"{'TB/s':>6} {'L2 hit':>7} {'L2 %':>6} {'tensor %':>9}")
+    for t_index, t in enumerate(tokens):
+        total = 0.0
+        for s_index, stage in enumerate(STAGES):
+            name, m = ordered[t_index * len(STAGES) + s_index]
+            if name not in ("rt_moe_" + stage, "rt_moe_entry"):  # rt_moe_entry: before c1fcf32
+                sys.exit(f"profile_table.py: kernel {name} where rt_moe_{stage} was expected")
+            ns = m.get("gpu__time_duration.sum", float("nan"))
+            rd = m.get("dram__bytes_read.sum", float("nan"))
+            wr = m.get("dram__bytes_write.sum", float("nan"))
+            total += ns
+            print(f"{t:>7} {stage:>8} {ns / 1e3:>10.1f} {rd / 1e9:>11.3f} {wr / 1e9:>11.3f} "
+                  f"{(rd + wr) / ns / 1e3:>6.2f} "
+                  f"{m.get('lts__t_sector_hit_rate.pct', float('nan')):>6.1f}% "
+                  f"{m.get('lts__throughput.avg.pct_of_peak_sustained_elapsed', float('nan')):>5.1f}% "
+                  f"{m.get('sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active', float('nan')):>8.1f}%")
+        print(f"{t:>7} {'sum':>8} {total / 1e3:>10.1f}")
+
+
+if __name__ == "__main__":
+    main()
