@@ -258,6 +258,12 @@ void MoeRuntime::Impl::enqueue(const LaunchPlan& plan, const void* x, void* out,
 MoeRuntime::MoeRuntime(const MoeConfig& config, const RuntimeOptions& options)
     : impl_(std::make_unique<Impl>()) {
   config.validate();
+  // Options first, before the device is touched: bad values fail the same with or without a GPU.
+  if (options.tile_band < 0 || options.tile_band > kMaxTileBand) {
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("tile_band = {}: want 0 (the default) to {} row blocks",
+                            options.tile_band, kMaxTileBand));
+  }
   impl_->config = config;
   int count = 0;
   RT_MOE_CALL(cuDeviceGetCount, &count);
@@ -276,11 +282,6 @@ MoeRuntime::MoeRuntime(const MoeConfig& config, const RuntimeOptions& options)
   std::string arch = options.arch.empty() ? impl_->device.arch() : options.arch;
   impl_->tuning = options.tuning;
   impl_->pinned_tile = options.tile;
-  if (options.tile_band < 0 || options.tile_band > kMaxTileBand) {
-    throw Error(ErrorCode::kInvalidArgument,
-                fmt::format("tile_band = {}: want 0 (the default) to {} row blocks",
-                            options.tile_band, kMaxTileBand));
-  }
   impl_->tile_band = options.tile_band;
   if (impl_->tuning == RuntimeOptions::Tuning::kStored && env().tune) {
     impl_->tuning = RuntimeOptions::Tuning::kTune;
