@@ -2,10 +2,11 @@
 //
 // A persistent grid (one block per SM) walks the tiles of (row block, column block) in an order
 // that keeps the readers of a weight tile, and those of a block's A rows, close together in time
-// (tile_of), so that they share them in L2. Without clusters the tiles are handed out by an atomic counter (in tile order, so
-// blocks that run faster or slower never drift apart in the order and lose that sharing); CTA
-// pairs walk a static sequence. The producer passes each tile's index to the consumers with the
-// tile's first stage (a per-stage slot in shared memory), and -1 when there is no more work.
+// (tile_order.h), so that they share them in L2. Without clusters the tiles are handed out by an
+// atomic counter (in tile order, so blocks that run faster or slower never drift apart in the
+// order and lose that sharing); CTA pairs walk a static sequence. The producer passes each tile's
+// index to the consumers with the tile's first stage (a per-stage slot in shared memory), and -1
+// when there is no more work.
 // A block has one producer warpgroup and CONSUMERS consumer warpgroups:
 //   - the producer fills a STAGES-deep ring of A and B tiles (64 K elements each): weight tiles
 //     (B: gate and up rows, or down rows) and, in kDown, the h rows (A, contiguous in sorted
@@ -271,8 +272,8 @@ struct GroupedGemmSm90Ws {
     Tile t;
     t.multicast = false;
     if (CLUSTER == 1) {
-      const BandTile b = band_tile(tile, kColBlocks, band, num_blocks, g.block_expert,
-                                   g.padded_offsets, BLOCK_M);
+      const BandTile b =
+          band_tile(tile, kColBlocks, band, num_blocks, g.block_expert, g.padded_offsets, BLOCK_M);
       t.m_block = b.m_block;
       t.n_block = b.n_block;
       t.expert = b.expert;
@@ -458,8 +459,9 @@ struct GroupedGemmSm90Ws {
             if (col < H) {
               // Streaming (evict-first): y is read once, by the combine, and should not push
               // the weight and h tiles that other blocks still read out of L2.
-              __stcs(&y[((long long)pair * H + col) / 2],
-                     make_float2(acc[4 * j + half * 2] * weight, acc[4 * j + half * 2 + 1] * weight));
+              __stcs(
+                  &y[((long long)pair * H + col) / 2],
+                  make_float2(acc[4 * j + half * 2] * weight, acc[4 * j + half * 2 + 1] * weight));
             }
           }
         }

@@ -251,8 +251,7 @@ void MoeRuntime::Impl::enqueue(const LaunchPlan& plan, const void* x, void* out,
   }
 
   CombineParams combine{ptr(l.y), out, T};
-  launch(*plan.combine, {combine_blocks(T, c.d_hidden)}, combine, stream,
-         order);
+  launch(*plan.combine, {combine_blocks(T, c.d_hidden)}, combine, stream, order);
 }
 
 MoeRuntime::MoeRuntime(const MoeConfig& config, const RuntimeOptions& options)

@@ -20,8 +20,7 @@ TEST_CASE("RuntimeOptions: tile_band out of range is refused, naming the value",
       FAIL("tile_band = " << band << " was accepted");
     } catch (const Error& e) {
       CHECK(e.code() == ErrorCode::kInvalidArgument);
-      CHECK(std::string(e.what()).find("tile_band = " + std::to_string(band)) !=
-            std::string::npos);
+      CHECK(std::string(e.what()).find("tile_band = " + std::to_string(band)) != std::string::npos);
     }
   }
 }
