@@ -535,7 +535,8 @@ int main(int argc, char** argv) {
                "Skip timing forward()'s host enqueue cost at T = 1");
   app.add_flag("--profile", options.profile,
                "After timing each T, run one more forward (L2 flushed) between cuProfilerStart "
-               "and cuProfilerStop, for `ncu --profile-from-start off`");
+               "and cuProfilerStop, for `ncu --profile-from-start off` (in the --tune and --band "
+               "runtimes too)");
   app.add_option(
          "--band", options.bands,
          "Also time every T with each of these tile order bands (RuntimeOptions::tile_band, "
