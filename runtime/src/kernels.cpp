@@ -22,7 +22,7 @@ std::string KernelSpec::source() const {
       "{3}(const __grid_constant__ {2} params) {{ RtMoeKernel::run(params); }}\n"
       "extern \"C\" __device__ rt_moe::KernelMeta {4} = {{RtMoeKernel::kThreads, "
       "RtMoeKernel::kSmemBytes}};\n",
-      header, instance, params, entry(), kMetaName, bounds);
+      header, instance, params, kEntryName, kMetaName, bounds);
 }
 
 cache::Preimage KernelSpec::preimage(const std::string& arch) const {
@@ -75,7 +75,7 @@ const Kernel& KernelCache::get(const KernelSpec& spec) {
   entry->module = driver::Module(module);
   Kernel& kernel = entry->kernel;
   kernel.name = spec.name();
-  RT_MOE_CALL(cuModuleGetFunction, &kernel.function, module, spec.entry().c_str());
+  RT_MOE_CALL(cuModuleGetFunction, &kernel.function, module, kEntryName);
   CUdeviceptr meta_ptr = 0;
   std::size_t meta_bytes = 0;
   RT_MOE_CALL(cuModuleGetGlobal, &meta_ptr, &meta_bytes, module, kMetaName);

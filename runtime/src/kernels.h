@@ -16,24 +16,22 @@
 namespace rt_moe {
 
 // One instantiation of a kernel template. `source()` is all NVRTC compiles besides the embedded
-// templates: an include, a type alias, the extern "C" entry and the meta record.
+// templates: an include, a type alias, the fixed extern "C" entry and the meta record.
 struct KernelSpec {
   std::string family;    // e.g. "grouped_gemm_sm80", for logs and tools
   std::string header;    // template file, e.g. "grouped_gemm_sm80.cuh"
   std::string instance;  // e.g. "rt_moe::Combine<rt_moe::BF16, 7168, 9>"
   std::string params;    // parameter struct, e.g. "rt_moe::CombineParams"
   int min_blocks = 0;    // > 0: __launch_bounds__'s minimum blocks per SM (a register cap)
-  std::string stage;     // the forward stage, e.g. "gate_up"; empty: the family names the entry
 
   std::string source() const;
   // Everything that affects the cubin: schema (added by Preimage), source, the bytes of every
   // embedded template, NVRTC's options, the exact arch and NVRTC's version.
   cache::Preimage preimage(const std::string& arch) const;
   std::string name() const { return instance; }
-  // The kernel's symbol, "rt_moe_" + stage (or family): what profilers and sanitizers print.
-  std::string entry() const { return "rt_moe_" + (stage.empty() ? family : stage); }
 };
 
+inline constexpr const char* kEntryName = "rt_moe_entry";
 inline constexpr const char* kMetaName = "rt_moe_meta";
 
 // The process-wide cubin cache, configured from the environment on first use.

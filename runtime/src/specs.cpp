@@ -9,11 +9,6 @@ namespace {
 
 const char* dtype_tag(DType dtype) { return dtype == DType::kF16 ? "rt_moe::F16" : "rt_moe::BF16"; }
 
-KernelSpec with_stage(const char* stage, KernelSpec spec) {
-  spec.stage = stage;
-  return spec;
-}
-
 }  // namespace
 
 std::string GemmTile::describe() const {
@@ -115,12 +110,11 @@ GemmTile router_tile(const MoeConfig& c, long long max_tokens) {
 
 KernelSpec router_spec(const MoeConfig& c, const GemmTile& tile) {
   if (tile.block_m != 0) return gemm_spec(c, GemmStage::kRouter, tile);
-  return with_stage(
-      "router", {"routing", "routing.cuh",
-                 fmt::format("rt_moe::RouterLogits<{}, {}, {}, {}, {}, {}, {}>", dtype_tag(c.dtype),
-                             c.d_hidden, c.n_routed_experts, kRouterTokensPerBlock, kRouterWarps,
-                             kRouterSplit, !c.routing.logits_fp32),
-                 "rt_moe::RouterParams"});
+  return {"routing", "routing.cuh",
+          fmt::format("rt_moe::RouterLogits<{}, {}, {}, {}, {}, {}, {}>", dtype_tag(c.dtype),
+                      c.d_hidden, c.n_routed_experts, kRouterTokensPerBlock, kRouterWarps,
+                      kRouterSplit, !c.routing.logits_fp32),
+          "rt_moe::RouterParams"};
 }
 
 KernelSpec topk_spec(const MoeConfig& c) {
@@ -128,36 +122,32 @@ KernelSpec topk_spec(const MoeConfig& c) {
   // Without groups, topk_group and group_score mean nothing: one instance serves them all.
   const bool grouped = r.n_group > 1;
   const bool sum_top2 = grouped && r.group_score == RoutingConfig::GroupScore::kSumTop2;
-  return with_stage(
-      "topk", {"routing", "routing.cuh",
-               fmt::format("rt_moe::Topk<{}, {}, {}, {}, {}, {}, {}, {}, {}, {}>",
-                           dtype_tag(c.dtype), c.n_routed_experts, c.top_k,
-                           r.score == RoutingConfig::Score::kSigmoid ? "rt_moe::kScoreSigmoid"
-                                                                     : "rt_moe::kScoreSoftmax",
-                           r.correction_bias, r.n_group, grouped ? r.topk_group : 1,
-                           sum_top2 ? "rt_moe::kGroupSumTop2" : "rt_moe::kGroupMax", r.renormalize,
-                           kTopkWarps),
-               "rt_moe::TopkParams"});
+  return {"routing", "routing.cuh",
+          fmt::format("rt_moe::Topk<{}, {}, {}, {}, {}, {}, {}, {}, {}, {}>", dtype_tag(c.dtype),
+                      c.n_routed_experts, c.top_k,
+                      r.score == RoutingConfig::Score::kSigmoid ? "rt_moe::kScoreSigmoid"
+                                                                : "rt_moe::kScoreSoftmax",
+                      r.correction_bias, r.n_group, grouped ? r.topk_group : 1,
+                      sum_top2 ? "rt_moe::kGroupSumTop2" : "rt_moe::kGroupMax", r.renormalize,
+                      kTopkWarps),
+          "rt_moe::TopkParams"};
 }
 
 KernelSpec offsets_spec(const MoeConfig& c, int block_m) {
-  return with_stage("offsets", {"dispatch", "dispatch.cuh",
-                                fmt::format("rt_moe::Offsets<{}, {}, {}, {}>", c.n_routed_experts,
-                                            c.n_shared_experts, c.top_k, block_m),
-                                "rt_moe::OffsetsParams"});
+  return {"dispatch", "dispatch.cuh",
+          fmt::format("rt_moe::Offsets<{}, {}, {}, {}>", c.n_routed_experts, c.n_shared_experts,
+                      c.top_k, block_m),
+          "rt_moe::OffsetsParams"};
 }
 
 KernelSpec scatter_spec(const MoeConfig& c) {
-  return with_stage("scatter", {"dispatch", "dispatch.cuh",
-                                fmt::format("rt_moe::Scatter<{}, {}, {}>", c.n_routed_experts,
-                                            c.n_shared_experts, c.top_k),
-                                "rt_moe::ScatterParams"});
+  return {
+      "dispatch", "dispatch.cuh",
+      fmt::format("rt_moe::Scatter<{}, {}, {}>", c.n_routed_experts, c.n_shared_experts, c.top_k),
+      "rt_moe::ScatterParams"};
 }
 
-namespace {
-
-// The grouped GEMM instantiation of `t` for `stage` (gemm_spec adds the stage).
-KernelSpec gemm_instance(const MoeConfig& c, GemmStage stage, const GemmTile& t) {
+KernelSpec gemm_spec(const MoeConfig& c, GemmStage stage, const GemmTile& t) {
   if (t.sm == 90 && t.ws) {
     KernelSpec spec{
         "grouped_gemm_sm90_ws", "grouped_gemm_sm90_ws.cuh",
@@ -190,20 +180,11 @@ KernelSpec gemm_instance(const MoeConfig& c, GemmStage stage, const GemmTile& t)
           "rt_moe::GemmParams"};
 }
 
-}  // namespace
-
-KernelSpec gemm_spec(const MoeConfig& c, GemmStage stage, const GemmTile& t) {
-  return with_stage(stage == GemmStage::kGateUp ? "gate_up"
-                    : stage == GemmStage::kDown ? "down"
-                                                : "router",
-                    gemm_instance(c, stage, t));
-}
-
 KernelSpec combine_spec(const MoeConfig& c) {
-  return with_stage("combine", {"combine", "combine.cuh",
-                                fmt::format("rt_moe::Combine<{}, {}, {}>", dtype_tag(c.dtype),
-                                            c.d_hidden, c.top_k + c.n_shared_experts),
-                                "rt_moe::CombineParams"});
+  return {"combine", "combine.cuh",
+          fmt::format("rt_moe::Combine<{}, {}, {}>", dtype_tag(c.dtype), c.d_hidden,
+                      c.top_k + c.n_shared_experts),
+          "rt_moe::CombineParams"};
 }
 
 unsigned combine_blocks(std::int64_t tokens, std::int64_t d_hidden) {
