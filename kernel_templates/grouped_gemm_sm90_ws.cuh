@@ -162,6 +162,41 @@ __device__ __forceinline__ void warpgroup_registers_inc() {
   }
 // clang-format on
 
+// wgmma.m64n192k16: 96 accumulators per thread (three consumer warpgroups of 64 rows).
+// clang-format off
+#define RT_MOE_WGMMA_M64N192K16(TYPE)                                                            \
+  static __device__ __forceinline__ void wgmma_m64n192k16(float* d, unsigned long long desc_a,   \
+                                                          unsigned long long desc_b,             \
+                                                          int scale_d) {                         \
+    asm volatile(                                                                                \
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %98, 0;\n"                                               \
+      "wgmma.mma_async.sync.aligned.m64n192k16.f32." TYPE "." TYPE " {"                          \
+      "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,"                       \
+      "%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,"                     \
+      "%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,"                     \
+      "%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63,%64,%65,%66,%67,%68,%69,"                     \
+      "%70,%71,%72,%73,%74,%75,%76,%77,%78,%79,%80,%81,%82,%83,%84,%85,%86,"                     \
+      "%87,%88,%89,%90,%91,%92,%93,%94,%95"                                                      \
+      "}, %96, %97, p, 1, 1, 0, 0;\n}\n"                                                         \
+      : RT_MOE_ACC8(0), RT_MOE_ACC8(8), RT_MOE_ACC8(16), RT_MOE_ACC8(24), RT_MOE_ACC8(32),       \
+        RT_MOE_ACC8(40), RT_MOE_ACC8(48), RT_MOE_ACC8(56), RT_MOE_ACC8(64), RT_MOE_ACC8(72),     \
+        RT_MOE_ACC8(80), RT_MOE_ACC8(88)                                                         \
+      : "l"(desc_a), "l"(desc_b), "r"(scale_d));                                                 \
+  }
+// clang-format on
+
+template <typename D>
+struct Wgmma192;
+template <>
+struct Wgmma192<BF16> {
+  RT_MOE_WGMMA_M64N192K16("bf16")
+};
+template <>
+struct Wgmma192<F16> {
+  RT_MOE_WGMMA_M64N192K16("f16")
+};
+#undef RT_MOE_WGMMA_M64N192K16
+
 template <typename D>
 struct Wgmma256;
 template <>
@@ -187,6 +222,8 @@ __device__ __forceinline__ void warpgroup_mma_k64(float* acc, unsigned a_smem, u
     const int scale_d = (accumulate || ks > 0) ? 1 : 0;
     if constexpr (BLOCK_N == 256) {
       Wgmma256<D>::wgmma_m64n256k16(acc, desc_a, desc_b, scale_d);
+    } else if constexpr (BLOCK_N == 192) {
+      Wgmma192<D>::wgmma_m64n192k16(acc, desc_a, desc_b, scale_d);
     } else {
       Wgmma<D>::wgmma_m64n128k16(acc, desc_a, desc_b, scale_d);
     }
@@ -215,13 +252,16 @@ struct GroupedGemmSm90Ws {
   static constexpr int kAcc = BLOCK_N / 2;  // fp32 accumulators per consumer thread
   // Gathered A rows (kGateUp): 8 chunks of 16 bytes per 128-byte row, 128 producer threads.
   static constexpr int kRowsPerProducer = BLOCK_M * 8 / 128;
-  // Register split after setmaxnreg (two consumers): 128 x 56 + 256 x 224 <= 64 K registers.
-  static constexpr int kProducerRegs = 56;
-  static constexpr int kConsumerRegs = 224;
+  // Register split after setmaxnreg: two consumers 128 x 56 + 256 x 224, three consumers
+  // 128 x 40 + 384 x 152, both <= 64 K registers.
+  static constexpr int kProducerRegs = CONSUMERS == 3 ? 40 : 56;
+  static constexpr int kConsumerRegs = CONSUMERS == 3 ? 152 : 224;
 
   static_assert(MODE == kGateUp || MODE == kDown, "the expert GEMMs only");
-  static_assert(CONSUMERS == 1 || CONSUMERS == 2, "64 or 128 rows per block");
-  static_assert(BLOCK_N == 128 || BLOCK_N == 256, "one wgmma n128 or n256 per k16 step");
+  static_assert(CONSUMERS >= 1 && CONSUMERS <= 3, "64, 128 or 192 rows per block");
+  static_assert(BLOCK_N == 128 || BLOCK_N == 192 || BLOCK_N == 256,
+                "one wgmma n128, n192 or n256 per k16 step");
+  static_assert(CONSUMERS < 3 || BLOCK_N <= 192, "three consumers have 152 registers a thread");
   static_assert(H % BLOCK_K == 0 && I % BLOCK_K == 0, "K tiles must not straddle experts");
   static_assert(STAGES >= 2, "a ring of at least two stages");
   static_assert(CLUSTER == 1 || CLUSTER == 2, "pairs of row blocks at most");
@@ -496,10 +536,10 @@ struct GroupedGemmSm90Ws {
     const int num_blocks = *p.gemm.num_blocks;
     const int tiles = (num_blocks + CLUSTER - 1) / CLUSTER * kColBlocks;  // per cluster
     if (threadIdx.x >= 128 * CONSUMERS) {
-      if (CONSUMERS == 2) warpgroup_registers_dec<kProducerRegs>();
+      if (CONSUMERS >= 2) warpgroup_registers_dec<kProducerRegs>();
       produce(p, smem_base, full, empty, tile_slots, broadcast, tiles, num_blocks, rank);
     } else {
-      if (CONSUMERS == 2) warpgroup_registers_inc<kConsumerRegs>();
+      if (CONSUMERS >= 2) warpgroup_registers_inc<kConsumerRegs>();
       consume(p, smem_base, full, empty, tile_slots, num_blocks, rank);
     }
     // Neither CTA leaves while the other may still write its shared memory or arrive on its

@@ -12,6 +12,7 @@ const char* dtype_tag(DType dtype) { return dtype == DType::kF16 ? "rt_moe::F16"
 }  // namespace
 
 std::string GemmTile::describe() const {
+  if (gemv) return fmt::format("gemv r{} w{}", block_m, warps_m);
   if (sm == 90 && ws) {
     return fmt::format("sm90ws {}x{}x{} wg{} s{}{}", block_m, block_n, block_k, warps_m, stages,
                        cluster == 2 ? " c2" : "");
@@ -43,7 +44,20 @@ long long rows_per_expert(const MoeConfig& c, long long max_tokens) {
 
 }  // namespace
 
+GemmTile gemv_tile(long long max_tokens, int warps) {
+  GemmTile t;
+  t.block_m = max_tokens <= 8 ? 8 : 16;
+  t.block_n = 16;
+  t.block_k = 32;
+  t.warps_m = warps;
+  t.warps_n = 1;
+  t.stages = 0;
+  t.gemv = true;
+  return t;
+}
+
 int tile_smem_bytes(const GemmTile& t) {
+  if (t.gemv) return t.warps_m * (t.block_m / 8) * 4 * 32 * 4;  // the warps' partial sums
   const int ring = t.stages * (t.block_m + t.block_n) * t.block_k * 2;
   if (t.ws) return ring + 2 * t.stages * 8 + 1024;  // + full/empty barriers, alignment slack
   return t.sm == 90 ? ring + 1024 : ring;           // sm90: slack to align tiles to 1024 bytes
@@ -71,8 +85,20 @@ std::vector<GemmTile> candidate_tiles(const MoeConfig& c, long long max_tokens,
                                {128, 128, 64, 2, 1, 6, 90, true},
                                {128, 256, 64, 2, 1, 3, 90, true},
                                {128, 256, 64, 2, 1, 4, 90, true},
+                               // 192 rows: an expert of up to 192 rows (DeepSeek-V3 at T = 4096:
+                               // ~128) streams each weight tile through L2 to the SMs once.
+                               {192, 192, 64, 3, 1, 4, 90, true},
+                               {192, 128, 64, 3, 1, 5, 90, true},
                                {128, 128, 64, 2, 1, 6, 90, true, 2},
                                {128, 256, 64, 2, 1, 4, 90, true, 2}});
+  }
+  // The GEMV re-reads the weights (from L2) for every row block of an expert: a candidate while
+  // the average expert fills one or two blocks.
+  if (rows_per_expert(c, max_tokens) <= 16) {
+    for (int warps : {4, 8}) {
+      space.push_back(gemv_tile(8, warps));
+      space.push_back(gemv_tile(16, warps));
+    }
   }
   long long tall = 16;
   while (tall < rows_per_expert(c, max_tokens)) tall *= 2;
@@ -90,6 +116,7 @@ std::vector<GemmTile> candidate_tiles(const MoeConfig& c, long long max_tokens,
 
 GemmTile default_tile(const MoeConfig& c, long long max_tokens, const std::string& arch) {
   const long long rows = rows_per_expert(c, max_tokens);
+  if (max_tokens <= kGemvMaxTokens) return gemv_tile(max_tokens);
   if (rows <= 16) return {16, 128, 64, 1, 4, 4};
   // 17-64 rows: still weight-bound; the TMA ring keeps 5 x 40 KB of weights in flight per SM
   // (DeepSeek-V3 T = 512 on the H200: 5.58 ms against 6.10 for sm80 32x128, docs/PERF.md).
@@ -148,6 +175,19 @@ KernelSpec scatter_spec(const MoeConfig& c) {
 }
 
 KernelSpec gemm_spec(const MoeConfig& c, GemmStage stage, const GemmTile& t) {
+  if (t.gemv) {
+    KernelSpec spec{
+        "grouped_gemv", "grouped_gemv.cuh",
+        fmt::format("rt_moe::GroupedGemv<{}, {}, {}, {}, {}, {}, {}, {}, {}>", dtype_tag(c.dtype),
+                    c.d_hidden, c.d_expert, c.n_routed_experts, c.n_shared_experts, c.top_k,
+                    stage == GemmStage::kGateUp ? "rt_moe::kGateUp" : "rt_moe::kDown", t.block_m,
+                    t.warps_m),
+        "rt_moe::GemmParams"};
+    // A register cap of 128 a thread: without one, ptxas interleaves the loads with the MMAs and
+    // keeps ~3 loads in flight a lane; with it, all of a round's loads go first (SASS checked).
+    spec.min_blocks = 512 / (32 * t.warps_m);
+    return spec;
+  }
   if (t.sm == 90 && t.ws) {
     KernelSpec spec{
         "grouped_gemm_sm90_ws", "grouped_gemm_sm90_ws.cuh",

@@ -45,11 +45,40 @@ TEST_CASE("every sm_90a tuner candidate of the wgmma paths compiles (gpumode sha
              std::string::npos) == tile.ws);
     }
   }
-  CHECK(tma_tiles == 6);
+  CHECK(tma_tiles == 8);
   // Shapes the TMA path cannot take (H or I not a multiple of 64) never get its tiles.
   for (const GemmTile& tile : candidate_tiles(make_config(1032, 200, 16, 1, 4, DType::kBF16), 8192,
                                               "sm_90a", 227 * 1024)) {
     CHECK_FALSE(tile.ws);
+  }
+}
+
+TEST_CASE("the decode GEMV: the default up to 16 tokens, a candidate while experts get few rows",
+          "[nvrtc]") {
+  MoeConfig c = make_config(7168, 2048, 256, 1, 8, DType::kBF16);
+  for (long long tokens : {1LL, 8LL, 16LL}) {
+    const GemmTile tile = default_tile(c, tokens, "sm_90a");
+    INFO(tokens);
+    CHECK(tile.gemv);
+    CHECK(tile.block_m == (tokens <= 8 ? 8 : 16));
+    CHECK(tile.describe() == (tokens <= 8 ? "gemv r8 w4" : "gemv r16 w4"));
+  }
+  CHECK_FALSE(default_tile(c, 32, "sm_90a").gemv);
+  // T = 64: ~2.2 rows per expert, still a candidate; T = 4096: ~143, not.
+  int gemv_tiles = 0;
+  for (const GemmTile& tile : candidate_tiles(c, 64, "sm_90a", 227 * 1024)) {
+    if (!tile.gemv) continue;
+    ++gemv_tiles;
+    for (GemmStage stage : {GemmStage::kGateUp, GemmStage::kDown}) {
+      const KernelSpec spec = gemm_spec(c, stage, tile);
+      INFO(spec.name());
+      CHECK(spec.family == "grouped_gemv");
+      CHECK(is_elf(compile_for_sm90a(spec)));
+    }
+  }
+  CHECK(gemv_tiles == 4);
+  for (const GemmTile& tile : candidate_tiles(c, 4096, "sm_90a", 227 * 1024)) {
+    CHECK_FALSE(tile.gemv);
   }
 }
 

@@ -198,12 +198,14 @@ TEST_CASE("NaN or Inf in one token's input stays in that token's output row", "[
 TEST_CASE("every TMA warp-specialized tile matches the reference (S = 0 and 2, bf16 and fp16)",
           "[forward]") {
   // Pinned tiles (RuntimeOptions::tile): each variant of grouped_gemm_sm90_ws.cuh on its own,
-  // with 1 and 2 consumer warpgroups, n128 and n256, 3 to 6 stages, alone and in CTA pairs; T =
+  // with 1, 2 and 3 consumer warpgroups, n128, n192 and n256, 3 to 6 stages, alone and in CTA
+  // pairs (H = 1024 and I = 512 are no multiples of the n192 tiles' 192 and 96 columns); T =
   // 1000 gives ~333 rows per expert (several row blocks, partial last blocks, all-padding
   // warpgroups), T = 70 ~23.
   const char* tiles[] = {"sm90ws 64x256x64 wg1 s5",     "sm90ws 128x128x64 wg2 s6",
                          "sm90ws 128x256x64 wg2 s3",    "sm90ws 128x256x64 wg2 s4",
-                         "sm90ws 128x128x64 wg2 s6 c2", "sm90ws 128x256x64 wg2 s4 c2"};
+                         "sm90ws 128x128x64 wg2 s6 c2", "sm90ws 128x256x64 wg2 s4 c2",
+                         "sm90ws 192x192x64 wg3 s4",    "sm90ws 192x128x64 wg3 s5"};
   for (std::int64_t shared : {0, 2}) {
     for (int d = 0; d < 2; ++d) {
       for (const char* tile : tiles) {
@@ -248,6 +250,27 @@ TEST_CASE("every TMA warp-specialized tile matches the reference (S = 0 and 2, b
     CHECK(e.code() == ErrorCode::kInvalidArgument);
     CHECK(std::string(e.what()).find("96x256") != std::string::npos);
     CHECK(std::string(e.what()).find("sm90ws 128x256x64 wg2 s4") != std::string::npos);
+  }
+}
+
+TEST_CASE("every decode GEMV tile matches the reference (odd shapes, S = 0 and 2, bf16 and fp16)",
+          "[forward]") {
+  // Pinned tiles: 8 and 16 token rows a block (one or two n tiles), 4 and 8 warps splitting K.
+  // H = 1032 and I = 200 leave partial K steps (1032 = 32 x 32 + 8) and partial column blocks
+  // (1032 = 64 x 16 + 8 down columns, 200 = 25 x 8 gate/up columns in whole blocks, so I = 136
+  // with 17 blocks is checked too); T = 13 with k = 4 puts several row blocks on some experts.
+  const char* tiles[] = {"gemv r8 w4", "gemv r8 w8", "gemv r16 w4", "gemv r16 w8"};
+  for (std::int64_t shared : {0, 2}) {
+    for (int d = 0; d < 2; ++d) {
+      for (const char* tile : tiles) {
+        RuntimeOptions options;
+        options.tile = tile;
+        Fixture f(make_config(1032, shared == 0 ? 200 : 136, 16, shared, 4, dtype_of(d)),
+                  91 + shared + d, options);
+        INFO(tile << ", S = " << shared << ", dtype " << d);
+        for (std::int64_t tokens : {1, 2, 13}) f.check(tokens, 730 + tokens, tile);
+      }
+    }
   }
 }
 
