@@ -40,7 +40,7 @@ __device__ __forceinline__ Vec8 load_rows_16(const unsigned short* p) {
   return v;
 }
 
-template <typename D, int H, int I, int E, int S, int K, int MODE, int ROWS, int WARPS>
+template <typename D, int H, int I, int E, int S, int K, int MODE, int ROWS, int WARPS, int STAGES>
 struct GroupedGemv {
   static constexpr int kThreads = 32 * WARPS;
   static constexpr int kSmemBytes = 0;  // the partial sums are static shared memory
@@ -49,13 +49,58 @@ struct GroupedGemv {
   static constexpr int kReduce = MODE == kDown ? I : H;   // the GEMM's K
   static constexpr int kSteps = (kReduce + 31) / 32;      // K steps of 32 elements
   static constexpr int kCols = MODE == kGateUp ? 8 : 16;  // output columns per block
-  // 16-byte weight loads in flight per lane: 2 rows x kUnroll steps.
-  static constexpr int kUnroll = kTiles == 1 ? 8 : 4;
+  // 16-byte weight loads a round per lane: 2 rows x kUnroll steps (up to STAGES rounds in flight).
+  static constexpr int kUnroll = (kTiles == 1 ? 8 : 4) / STAGES;
 
   static_assert(MODE == kGateUp || MODE == kDown, "the expert GEMMs only");
   static_assert(ROWS == 8 || ROWS == 16, "one or two n tiles of 8 token rows");
   static_assert(kReduce % 8 == 0, "K must be a multiple of 8 for 16-byte loads");
   static_assert(WARPS >= 1 && WARPS <= 8, "1 to 8 warps split K");
+  static_assert(STAGES == 1 || STAGES == 2, "one round of loads in flight, or two");
+
+  // One round's operands: kUnroll K steps of this lane's two A rows and kTiles B rows.
+  struct Round {
+    Vec8 a[kUnroll][2], b[kUnroll][kTiles];
+
+    // K steps first, first + WARPS, ...; steps past K load zeros (no memory access).
+    __device__ __forceinline__ void load(const unsigned short* const (&row_a)[2],
+                                         const bool (&ok_a)[2],
+                                         const unsigned short* const (&row_b)[kTiles],
+                                         const bool (&ok_b)[kTiles], int first, int t) {
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int k = (first + u * WARPS) * 32 + 8 * t;
+        const bool in_k = k < kReduce;
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+          a[u][i] = Vec8{};
+          if (in_k && ok_a[i]) a[u][i] = load_weights_16(row_a[i] + k);
+        }
+#pragma unroll
+        for (int n = 0; n < kTiles; ++n) {
+          b[u][n] = Vec8{};
+          if (in_k && ok_b[n]) b[u][n] = load_rows_16(row_b[n] + k);
+        }
+      }
+    }
+
+    // Two k16 MMAs a step: the lane's elements 0-3, then 4-7 (see the top of the file).
+    __device__ __forceinline__ void mma(float (&acc)[kTiles][4]) const {
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const unsigned frag_a[4] = {a[u][0].w[2 * half], a[u][1].w[2 * half],
+                                      a[u][0].w[2 * half + 1], a[u][1].w[2 * half + 1]};
+#pragma unroll
+          for (int n = 0; n < kTiles; ++n) {
+            const unsigned frag_b[2] = {b[u][n].w[2 * half], b[u][n].w[2 * half + 1]};
+            DTypeOps<D>::mma(acc[n], frag_a, frag_b);
+          }
+        }
+      }
+    }
+  };
 
   static __device__ void run(const GemmParams& p) {
     grid_dependency_wait();
@@ -104,36 +149,21 @@ struct GroupedGemv {
 #pragma unroll
       for (int v = 0; v < 4; ++v) acc[n][v] = 0.f;
 
-    for (int s0 = warp; s0 < kSteps; s0 += WARPS * kUnroll) {
-      Vec8 va[kUnroll][2], vb[kUnroll][kTiles];
-      // All loads of the round first, so that they are in flight together.
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const int k = (s0 + u * WARPS) * 32 + 8 * t;
-        const bool in_k = k < kReduce;
-#pragma unroll
-        for (int i = 0; i < 2; ++i) {
-          va[u][i] = Vec8{};
-          if (in_k && ok_a[i]) va[u][i] = load_weights_16(row_a[i] + k);
-        }
-#pragma unroll
-        for (int n = 0; n < kTiles; ++n) {
-          vb[u][n] = Vec8{};
-          if (in_k && ok_b[n]) vb[u][n] = load_rows_16(row_b[n] + k);
-        }
-      }
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-#pragma unroll
-        for (int half = 0; half < 2; ++half) {
-          const unsigned frag_a[4] = {va[u][0].w[2 * half], va[u][1].w[2 * half],
-                                      va[u][0].w[2 * half + 1], va[u][1].w[2 * half + 1]};
-#pragma unroll
-          for (int n = 0; n < kTiles; ++n) {
-            const unsigned frag_b[2] = {vb[u][n].w[2 * half], vb[u][n].w[2 * half + 1]};
-            DTypeOps<D>::mma(acc[n], frag_a, frag_b);
-          }
-        }
+    // Rounds of kUnroll K steps: all loads of a round are issued before its MMAs. STAGES = 2
+    // issues the next round's loads before this round's MMAs (two register buffers), so a lane
+    // never drains to zero loads in flight.
+    constexpr int kStride = WARPS * kUnroll;  // K steps from one round of a warp to its next
+    Round r0, r1;
+    r0.load(row_a, ok_a, row_b, ok_b, warp, t);
+    for (int s0 = warp; s0 < kSteps; s0 += STAGES * kStride) {
+      if (STAGES == 1) {
+        r0.mma(acc);
+        if (s0 + kStride < kSteps) r0.load(row_a, ok_a, row_b, ok_b, s0 + kStride, t);
+      } else {
+        r1.load(row_a, ok_a, row_b, ok_b, s0 + kStride, t);
+        r0.mma(acc);
+        r0.load(row_a, ok_a, row_b, ok_b, s0 + 2 * kStride, t);
+        r1.mma(acc);
       }
     }
 

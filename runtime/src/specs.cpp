@@ -12,7 +12,7 @@ const char* dtype_tag(DType dtype) { return dtype == DType::kF16 ? "rt_moe::F16"
 }  // namespace
 
 std::string GemmTile::describe() const {
-  if (gemv) return fmt::format("gemv r{} w{}", block_m, warps_m);
+  if (gemv) return fmt::format("gemv r{} w{} s{}", block_m, warps_m, stages);
   if (sm == 90 && ws) {
     return fmt::format("sm90ws {}x{}x{} wg{} s{}{}", block_m, block_n, block_k, warps_m, stages,
                        cluster == 2 ? " c2" : "");
@@ -44,14 +44,14 @@ long long rows_per_expert(const MoeConfig& c, long long max_tokens) {
 
 }  // namespace
 
-GemmTile gemv_tile(long long max_tokens, int warps) {
+GemmTile gemv_tile(long long max_tokens, int warps, int stages) {
   GemmTile t;
   t.block_m = max_tokens <= 8 ? 8 : 16;
   t.block_n = 16;
   t.block_k = 32;
   t.warps_m = warps;
   t.warps_n = 1;
-  t.stages = 0;
+  t.stages = stages;
   t.gemv = true;
   return t;
 }
@@ -96,8 +96,10 @@ std::vector<GemmTile> candidate_tiles(const MoeConfig& c, long long max_tokens,
   // the average expert fills one or two blocks.
   if (rows_per_expert(c, max_tokens) <= 16) {
     for (int warps : {4, 8}) {
-      space.push_back(gemv_tile(8, warps));
-      space.push_back(gemv_tile(16, warps));
+      for (int stages : {1, 2}) {
+        space.push_back(gemv_tile(8, warps, stages));
+        space.push_back(gemv_tile(16, warps, stages));
+      }
     }
   }
   long long tall = 16;
@@ -176,13 +178,13 @@ KernelSpec scatter_spec(const MoeConfig& c) {
 
 KernelSpec gemm_spec(const MoeConfig& c, GemmStage stage, const GemmTile& t) {
   if (t.gemv) {
-    KernelSpec spec{
-        "grouped_gemv", "grouped_gemv.cuh",
-        fmt::format("rt_moe::GroupedGemv<{}, {}, {}, {}, {}, {}, {}, {}, {}>", dtype_tag(c.dtype),
-                    c.d_hidden, c.d_expert, c.n_routed_experts, c.n_shared_experts, c.top_k,
-                    stage == GemmStage::kGateUp ? "rt_moe::kGateUp" : "rt_moe::kDown", t.block_m,
-                    t.warps_m),
-        "rt_moe::GemmParams"};
+    KernelSpec spec{"grouped_gemv", "grouped_gemv.cuh",
+                    fmt::format("rt_moe::GroupedGemv<{}, {}, {}, {}, {}, {}, {}, {}, {}, {}>",
+                                dtype_tag(c.dtype), c.d_hidden, c.d_expert, c.n_routed_experts,
+                                c.n_shared_experts, c.top_k,
+                                stage == GemmStage::kGateUp ? "rt_moe::kGateUp" : "rt_moe::kDown",
+                                t.block_m, t.warps_m, t.stages),
+                    "rt_moe::GemmParams"};
     // A register cap of 128 a thread: without one, ptxas interleaves the loads with the MMAs and
     // keeps ~3 loads in flight a lane; with it, all of a round's loads go first (SASS checked).
     spec.min_blocks = 512 / (32 * t.warps_m);

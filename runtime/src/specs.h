@@ -17,7 +17,8 @@ namespace rt_moe {
 // pipeline of grouped_gemm_sm90_ws.cuh (warps_m consumer warpgroups of 64 rows x block_n columns,
 // warps_n = 1, plus one producer warpgroup; a persistent grid). gemv: the decode GEMV of
 // grouped_gemv.cuh (any arch with mma.sync): block_m = 8 or 16 token rows, block_n = 16 weight rows
-// a block (8 gate/up columns, 16 down columns), warps_m warps splitting K.
+// a block (8 gate/up columns, 16 down columns), warps_m warps splitting K, stages rounds of loads
+// in flight.
 struct GemmTile {
   int block_m = 64;
   int block_n = 128;
@@ -29,7 +30,7 @@ struct GemmTile {
   bool ws = false;
   int cluster = 1;  // ws: CTAs per cluster sharing (multicasting) weight tiles, 1 or 2
   bool gemv = false;
-  // "sm80 64x128x64 w2x2 s4", "sm90ws 128x256x64 wg2 s4 c2", "gemv r8 w4"
+  // "sm80 64x128x64 w2x2 s4", "sm90ws 128x256x64 wg2 s4 c2", "gemv r8 w4 s1"
   std::string describe() const;
   friend bool operator==(const GemmTile&, const GemmTile&) = default;
 };
@@ -44,8 +45,9 @@ enum class GemmStage { kGateUp, kDown, kRouter };
 
 // Decode buckets of up to this many tokens run the grouped GEMV (GemmTile::gemv) by default.
 inline constexpr long long kGemvMaxTokens = 16;
-// The GEMV tile for a bucket: 8 token rows a block up to 8 tokens, else 16.
-GemmTile gemv_tile(long long max_tokens, int warps = 4);
+// The GEMV tile for a bucket: 8 token rows a block up to 8 tokens, else 16; `stages` rounds of
+// loads in flight (1 or 2).
+GemmTile gemv_tile(long long max_tokens, int warps = 4, int stages = 1);
 
 // The heuristic default: the smallest BLOCK_M that the average rows per active expert fill,
 // so decode does not multiply by padding rows and prefill gets large tiles. Always valid.

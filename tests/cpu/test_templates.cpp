@@ -61,7 +61,7 @@ TEST_CASE("the decode GEMV: the default up to 16 tokens, a candidate while exper
     INFO(tokens);
     CHECK(tile.gemv);
     CHECK(tile.block_m == (tokens <= 8 ? 8 : 16));
-    CHECK(tile.describe() == (tokens <= 8 ? "gemv r8 w4" : "gemv r16 w4"));
+    CHECK(tile.describe() == (tokens <= 8 ? "gemv r8 w4 s1" : "gemv r16 w4 s1"));
   }
   CHECK_FALSE(default_tile(c, 32, "sm_90a").gemv);
   // T = 64: ~2.2 rows per expert, still a candidate; T = 4096: ~143, not.
@@ -76,7 +76,7 @@ TEST_CASE("the decode GEMV: the default up to 16 tokens, a candidate while exper
       CHECK(is_elf(compile_for_sm90a(spec)));
     }
   }
-  CHECK(gemv_tiles == 4);
+  CHECK(gemv_tiles == 8);
   for (const GemmTile& tile : candidate_tiles(c, 4096, "sm_90a", 227 * 1024)) {
     CHECK_FALSE(tile.gemv);
   }

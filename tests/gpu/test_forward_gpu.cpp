@@ -255,11 +255,13 @@ TEST_CASE("every TMA warp-specialized tile matches the reference (S = 0 and 2, b
 
 TEST_CASE("every decode GEMV tile matches the reference (odd shapes, S = 0 and 2, bf16 and fp16)",
           "[forward]") {
-  // Pinned tiles: 8 and 16 token rows a block (one or two n tiles), 4 and 8 warps splitting K.
+  // Pinned tiles: 8 and 16 token rows a block (one or two n tiles), 4 and 8 warps splitting K,
+  // one or two rounds of loads in flight.
   // H = 1032 and I = 200 leave partial K steps (1032 = 32 x 32 + 8) and partial column blocks
   // (1032 = 64 x 16 + 8 down columns, 200 = 25 x 8 gate/up columns in whole blocks, so I = 136
   // with 17 blocks is checked too); T = 13 with k = 4 puts several row blocks on some experts.
-  const char* tiles[] = {"gemv r8 w4", "gemv r8 w8", "gemv r16 w4", "gemv r16 w8"};
+  const char* tiles[] = {"gemv r8 w4 s1", "gemv r8 w8 s1", "gemv r16 w4 s1", "gemv r16 w8 s1",
+                         "gemv r8 w4 s2", "gemv r8 w8 s2", "gemv r16 w4 s2", "gemv r16 w8 s2"};
   for (std::int64_t shared : {0, 2}) {
     for (int d = 0; d < 2; ++d) {
       for (const char* tile : tiles) {
