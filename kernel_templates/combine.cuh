@@ -18,8 +18,8 @@ struct Combine {
   static_assert(H % 8 == 0, "rows are moved in 16-byte chunks of 8 elements");
 
   static __device__ void run(const CombineParams& p) {
-    grid_dependency_wait();  // y of the down GEMM
-    grid_dependency_trigger();
+    grid_dependency_trigger();  // the next kernel may launch now; it waits for this one
+    grid_dependency_wait();     // y of the down GEMM
     const long long index = (long long)blockIdx.x * kThreads + threadIdx.x;
     if (index >= (long long)p.tokens * kChunks) return;
     const long long token = index / kChunks, chunk = index % kChunks;

@@ -118,8 +118,11 @@ __device__ __forceinline__ float warp_max(float v) {
 // path, before its first access to memory another kernel of the forward reads or writes: then it
 // completes only after its predecessor did, so a kernel two launches later may read what this
 // one's predecessor wrote. grid_dependency_trigger() lets the next kernel launch once every block
-// of this one has called it or exited; it orders no memory (the next kernel's wait does). Both
-// compile to nothing below sm_90, where the runtime launches without the attribute.
+// of this one has called it or exited; it orders no memory (the next kernel's wait does). Every
+// kernel of the forward calls it first, before its wait: the next kernel's launch and block
+// placement then overlap this kernel's wait as well as its work (a kernel triggers only once all
+// of its blocks are resident, so the next one's waiting blocks never take a slot this one still
+// needs). Both compile to nothing below sm_90, where the runtime launches without the attribute.
 __device__ __forceinline__ void grid_dependency_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");

@@ -24,8 +24,8 @@ struct Offsets {
   static __device__ void run(const OffsetsParams& p) {
     __shared__ int padded[kExperts + 1];
     __shared__ int offsets[kExperts + 1];
-    grid_dependency_wait();  // the counts of top-k
-    grid_dependency_trigger();
+    grid_dependency_trigger();  // the next kernel may launch now; it waits for this one
+    grid_dependency_wait();     // the counts of top-k
     for (int e = threadIdx.x; e < kExperts; e += kThreads) {
       int count = e < E ? p.expert_counts[e] : p.tokens;
       padded[e] = (count + BLOCK_M - 1) / BLOCK_M * BLOCK_M;
@@ -82,8 +82,8 @@ struct Scatter {
   static constexpr int kSlots = K + S;
 
   static __device__ void run(const ScatterParams& p) {
-    grid_dependency_wait();  // the ids of top-k, the offsets and zeroed fill counters
-    grid_dependency_trigger();
+    grid_dependency_trigger();  // the next kernel may launch now; it waits for this one
+    grid_dependency_wait();     // the ids of top-k, the offsets and zeroed fill counters
     const long long pair = (long long)blockIdx.x * kThreads + threadIdx.x;
     if (pair >= (long long)p.tokens * kSlots) return;
     const int token = (int)(pair / kSlots), slot = (int)(pair % kSlots);

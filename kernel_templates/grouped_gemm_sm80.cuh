@@ -51,8 +51,8 @@ struct GroupedGemmSm80 {
   }
 
   static __device__ void run(const GemmParams& p) {
+    grid_dependency_trigger();  // the next kernel may launch now; it waits for this one
     grid_dependency_wait();
-    grid_dependency_trigger();
     extern __shared__ __align__(128) unsigned char smem[];
     const int block_m = blockIdx.x;
     const int m0 = block_m * BLOCK_M;

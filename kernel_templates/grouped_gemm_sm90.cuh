@@ -119,8 +119,8 @@ struct GroupedGemmSm90 {
                 "tiles start 1024-byte aligned for the 128-byte swizzle");
 
   static __device__ void run(const GemmParams& p) {
+    grid_dependency_trigger();  // the next kernel may launch now; it waits for this one
     grid_dependency_wait();
-    grid_dependency_trigger();
     extern __shared__ __align__(1024) unsigned char smem[];
     const int block_m = blockIdx.x;
     if (block_m >= *p.num_blocks) return;

@@ -511,8 +511,8 @@ struct GroupedGemmSm90Ws {
 
   static __device__ void run(const GemmTmaParams& p) {
     // Launched programmatically after the scatter kernel: nothing it wrote is read before this.
+    grid_dependency_trigger();  // the next kernel may launch now; it waits for this one
     grid_dependency_wait();
-    grid_dependency_trigger();
     extern __shared__ __align__(1024) unsigned char smem[];
     const unsigned smem_base = (smem_address(smem) + 1023u) & ~1023u;
     const unsigned full = smem_base + STAGES * kStageBytes;

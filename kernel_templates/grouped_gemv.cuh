@@ -103,8 +103,8 @@ struct GroupedGemv {
   };
 
   static __device__ void run(const GemmParams& p) {
+    grid_dependency_trigger();  // the next kernel may launch now; it waits for this one
     grid_dependency_wait();
-    grid_dependency_trigger();
     __shared__ float partial[WARPS][kTiles * 4][32];
     const int block_m = blockIdx.x;
     if (block_m >= *p.num_blocks) return;

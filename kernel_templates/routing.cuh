@@ -152,8 +152,8 @@ struct RouterLogits {
   }
 
   static __device__ void run(const RouterParams& p) {
+    grid_dependency_trigger();  // the next kernel may launch now; it waits for this one
     grid_dependency_wait();
-    grid_dependency_trigger();
     const int t0 = blockIdx.x * TOKENS;
     if (t0 >= p.tokens) return;  // the whole block
     // The grid's height says the layout: SPLIT warps a row when it holds every expert that way.
@@ -249,8 +249,8 @@ struct Topk {
   }
 
   static __device__ void run(const TopkParams& p) {
-    grid_dependency_wait();  // the logits, and the counts zeroed before the router
-    grid_dependency_trigger();
+    grid_dependency_trigger();  // the next kernel may launch now; it waits for this one
+    grid_dependency_wait();     // the logits, and the counts zeroed before the router
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int token = blockIdx.x * WARPS + warp;
     if (token >= p.tokens) return;

@@ -118,8 +118,10 @@ std::vector<GemmTile> candidate_tiles(const MoeConfig& c, long long max_tokens,
 
 GemmTile default_tile(const MoeConfig& c, long long max_tokens, const std::string& arch) {
   const long long rows = rows_per_expert(c, max_tokens);
-  if (max_tokens <= kGemvMaxTokens) return gemv_tile(max_tokens);
-  if (rows <= 16) return {16, 128, 64, 1, 4, 4};
+  // Up to 16 rows: a stream of weight bytes. Narrow B tiles with 8 stages keep 56 KB of weights
+  // in flight per block, two blocks an SM (H200, 2026-12-01, tuner runs of both presets at T = 1,
+  // 8 and 64: best or tied with every other decode candidate, the GEMV included; docs/PERF.md).
+  if (rows <= 16) return {16, 64, 64, 1, 4, 8};
   // 17-64 rows: still weight-bound; the TMA ring keeps 5 x 40 KB of weights in flight per SM
   // (DeepSeek-V3 T = 512 on the H200: 5.58 ms against 6.10 for sm80 32x128, docs/PERF.md).
   if (rows <= 64 && has_tma_path(c, arch)) return {64, 256, 64, 1, 1, 5, 90, true};

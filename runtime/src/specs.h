@@ -43,8 +43,6 @@ bool has_tma_path(const MoeConfig& config, const std::string& arch);
 
 enum class GemmStage { kGateUp, kDown, kRouter };
 
-// Decode buckets of up to this many tokens run the grouped GEMV (GemmTile::gemv) by default.
-inline constexpr long long kGemvMaxTokens = 16;
 // The GEMV tile for a bucket: 8 token rows a block up to 8 tokens, else 16; `stages` rounds of
 // loads in flight (1 or 2).
 GemmTile gemv_tile(long long max_tokens, int warps = 4, int stages = 1);
