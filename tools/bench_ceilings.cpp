@@ -104,11 +104,12 @@ double median(std::vector<double> values) {
 }
 
 Ceiling measure_hbm_read(KernelCache& kernels, const driver::DeviceInfo& device, CUstream stream,
-                         int iters) {
+                         int iters, std::size_t short_bytes) {
   std::size_t free_bytes = 0, total_bytes = 0;
   RT_MOE_CALL(cuMemGetInfo, &free_bytes, &total_bytes);
-  const std::size_t bytes = std::min(kReadBytes, free_bytes / 2 / 16 * 16);
-  if (bytes < kMinReadBytes) {
+  const std::size_t bytes = short_bytes > 0 ? std::min(short_bytes, free_bytes / 2) / 16 * 16
+                                            : std::min(kReadBytes, free_bytes / 2 / 16 * 16);
+  if (short_bytes == 0 && bytes < kMinReadBytes) {
     throw Error(ErrorCode::kUnsupported,
                 fmt::format("HBM read ceiling: {:.1f} GiB free, need {} GiB for the read buffer",
                             free_bytes / double(1 << 30), 2 * (kMinReadBytes >> 30)));

@@ -22,9 +22,11 @@ struct Ceiling {
   std::string note;       // how it was measured, or why it was not
 };
 
-// Median over `iters` passes of a read of a >= 2 GiB buffer, after warm-up.
+// Median over `iters` passes of a read of a >= 2 GiB buffer, after warm-up. With `bytes` > 0:
+// a read of that many bytes instead (a diagnostic: how fast one short kernel can stream, e.g. the
+// 0.26-0.53 GB a decode GEMM reads; never the floor's ceiling).
 Ceiling measure_hbm_read(KernelCache& kernels, const driver::DeviceInfo& device, CUstream stream,
-                         int iters = 20);
+                         int iters = 20, std::size_t bytes = 0);
 
 // Dense 8192^3 GEMM of `dtype` with fp32 accumulation through cublasGemmEx: median of `iters`
 // after warm-up. Without a loadable cuBLAS: REFERENCE.md's H200 value, measured = false.

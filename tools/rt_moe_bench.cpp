@@ -344,6 +344,14 @@ int bench(const Options& options) {
   {
     KernelCache kernels(context, arch);
     hbm = measure_hbm_read(kernels, device, stream.get());
+    // The same read kernel over the bytes of a decode GEMM (DeepSeek-V3 at T = 1: down 0.26 GB,
+    // gate/up 0.53 GB): what one short kernel streams, ramp and tail included.
+    for (std::size_t mb : {264, 528}) {
+      const Ceiling c = measure_hbm_read(kernels, device, stream.get(), 20, mb << 20);
+      std::printf(
+          "diagnostic: HBM read of %zu MiB in one kernel: %.0f GB/s (%.0f%% of the ceiling)\n", mb,
+          c.value / 1e9, 100 * c.value / hbm.value);
+    }
   }
   gemm = measure_gemm_rate(config.dtype, stream.get());
   std::printf("ceiling: HBM read %.0f GB/s (%s)\n", hbm.value / 1e9, hbm.note.c_str());

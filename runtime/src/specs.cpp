@@ -118,9 +118,11 @@ std::vector<GemmTile> candidate_tiles(const MoeConfig& c, long long max_tokens,
 
 GemmTile default_tile(const MoeConfig& c, long long max_tokens, const std::string& arch) {
   const long long rows = rows_per_expert(c, max_tokens);
-  // Up to 16 rows: a stream of weight bytes. Narrow B tiles with 8 stages keep 56 KB of weights
-  // in flight per block, two blocks an SM (H200, 2026-12-01, tuner runs of both presets at T = 1,
-  // 8 and 64: best or tied with every other decode candidate, the GEMV included; docs/PERF.md).
+  // Up to 16 rows: a stream of weight bytes (H200, 2026-12-01, tuner runs of both presets at T =
+  // 1, 8 and 64; docs/PERF.md). From 2 tokens, narrow B tiles with 8 stages (56 KB of weights in
+  // flight per block, two blocks an SM) were best; at T = 1 they tied (DeepSeek-V3, 9 experts)
+  // or lost 10% (gpumode, 5 experts: 320 blocks for 264 slots) to the 16x128 tile.
+  if (max_tokens <= 1) return {16, 128, 64, 1, 4, 4};
   if (rows <= 16) return {16, 64, 64, 1, 4, 8};
   // 17-64 rows: still weight-bound; the TMA ring keeps 5 x 40 KB of weights in flight per SM
   // (DeepSeek-V3 T = 512 on the H200: 5.58 ms against 6.10 for sm80 32x128, docs/PERF.md).
