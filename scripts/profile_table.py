@@ -38,7 +38,7 @@ def main():
         total = 0.0
         for s_index, stage in enumerate(STAGES):
             name, m = ordered[t_index * len(STAGES) + s_index]
-            # Every stage's symbol is rt_moe_entry; branch next/unverified names them rt_moe_<stage>.
+            # Every stage's symbol is rt_moe_entry; rt_moe_<stage> names are accepted too.
             if name not in ("rt_moe_" + stage, "rt_moe_entry"):
                 sys.exit(f"profile_table.py: kernel {name} where rt_moe_{stage} was expected")
             ns = m.get("gpu__time_duration.sum", float("nan"))
