@@ -71,6 +71,16 @@ struct alignas(16) Vec8 {
   unsigned w[4];
 };
 
+// A 16-byte read-only load that does not allocate in L1: for bytes a block reads once (expert
+// weights, the router), so that L1 keeps what the block's threads share (x rows).
+__device__ __forceinline__ Vec8 load_streaming_16(const void* p) {
+  Vec8 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.w[0]), "=r"(v.w[1]), "=r"(v.w[2]), "=r"(v.w[3])
+               : "l"(p));
+  return v;
+}
+
 template <typename D>
 __device__ __forceinline__ void unpack8(const Vec8& v, float (&f)[8]) {
 #pragma unroll

@@ -22,24 +22,6 @@
 
 namespace rt_moe {
 
-// 16-byte loads: weights read once (no L1 allocation) and token rows (cached in L1). Volatile, as
-// the MMAs are: the compiler keeps them in program order, so a round's loads are all issued
-// before its first MMA (otherwise it interleaves them and keeps only ~3 loads in flight a lane).
-__device__ __forceinline__ Vec8 load_weights_16(const unsigned short* p) {
-  Vec8 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v.w[0]), "=r"(v.w[1]), "=r"(v.w[2]), "=r"(v.w[3])
-               : "l"(p));
-  return v;
-}
-__device__ __forceinline__ Vec8 load_rows_16(const unsigned short* p) {
-  Vec8 v;
-  asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v.w[0]), "=r"(v.w[1]), "=r"(v.w[2]), "=r"(v.w[3])
-               : "l"(p));
-  return v;
-}
-
 template <typename D, int H, int I, int E, int S, int K, int MODE, int ROWS, int WARPS, int STAGES>
 struct GroupedGemv {
   static constexpr int kThreads = 32 * WARPS;
@@ -74,12 +56,12 @@ struct GroupedGemv {
 #pragma unroll
         for (int i = 0; i < 2; ++i) {
           a[u][i] = Vec8{};
-          if (in_k && ok_a[i]) a[u][i] = load_weights_16(row_a[i] + k);
+          if (in_k && ok_a[i]) a[u][i] = load_streaming_16(row_a[i] + k);
         }
 #pragma unroll
         for (int n = 0; n < kTiles; ++n) {
           b[u][n] = Vec8{};
-          if (in_k && ok_b[n]) b[u][n] = load_rows_16(row_b[n] + k);
+          if (in_k && ok_b[n]) b[u][n] = *reinterpret_cast<const Vec8*>(row_b[n] + k);
         }
       }
     }

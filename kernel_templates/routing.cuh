@@ -58,16 +58,6 @@ struct RouterLogits {
   static_assert(SPLIT >= 1 && WARPS % SPLIT == 0, "a block holds whole rows: WARPS / SPLIT");
   static_assert(TOKENS * (WARPS / SPLIT) <= kThreads, "one thread finishes each (token, row)");
 
-  // Streams the router past L1: each block reads a router chunk once, and L1 keeps x, which the
-  // block's rows share.
-  static __device__ __forceinline__ Vec8 load_streaming(const Vec8* p) {
-    Vec8 v;
-    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(v.w[0]), "=r"(v.w[1]), "=r"(v.w[2]), "=r"(v.w[3])
-                 : "l"(p));
-    return v;
-  }
-
   // The dot products of tokens [t0, t0 + TOKENS) with the block's WARPS / S router rows, S warps
   // a row.
   template <int S>
@@ -97,7 +87,7 @@ struct RouterLogits {
 #pragma unroll
       for (int i = 0; i < kBatch; ++i) {
         const int c = j + kStride * (b * kBatch + i);
-        if (active && c < kChunks) r[i] = load_streaming(router + c);
+        if (active && c < kChunks) r[i] = load_streaming_16(router + c);  // past L1, which keeps x
       }
 #pragma unroll
       for (int t = 0; t < TOKENS; ++t) {
