@@ -42,11 +42,11 @@ long long rows_per_expert(const MoeConfig& c, long long max_tokens) {
   return (pairs + active - 1) / active;
 }
 
-}  // namespace
-
-GemmTile gemv_tile(long long max_tokens, int warps, int stages) {
+// A GEMV tile (grouped_gemv.cuh): `rows` (8 or 16) token rows a block, `warps` warps splitting K,
+// `stages` rounds of loads in flight.
+GemmTile gemv_tile(int rows, int warps, int stages) {
   GemmTile t;
-  t.block_m = max_tokens <= 8 ? 8 : 16;
+  t.block_m = rows;
   t.block_n = 16;
   t.block_k = 32;
   t.warps_m = warps;
@@ -55,6 +55,8 @@ GemmTile gemv_tile(long long max_tokens, int warps, int stages) {
   t.gemv = true;
   return t;
 }
+
+}  // namespace
 
 int tile_smem_bytes(const GemmTile& t) {
   if (t.gemv) return t.warps_m * (t.block_m / 8) * 4 * 32 * 4;  // the warps' partial sums

@@ -43,10 +43,6 @@ bool has_tma_path(const MoeConfig& config, const std::string& arch);
 
 enum class GemmStage { kGateUp, kDown, kRouter };
 
-// The GEMV tile for a bucket: 8 token rows a block up to 8 tokens, else 16; `stages` rounds of
-// loads in flight (1 or 2).
-GemmTile gemv_tile(long long max_tokens, int warps = 4, int stages = 1);
-
 // The heuristic default: the smallest BLOCK_M that the average rows per active expert fill,
 // so decode does not multiply by padding rows and prefill gets large tiles. Always valid.
 // On sm_90a, tiles of more than 64 rows use the wgmma path.
