@@ -13,6 +13,7 @@ const char* dtype_tag(DType dtype) { return dtype == DType::kF16 ? "rt_moe::F16"
 
 std::string GemmTile::describe() const {
   if (gemv) return fmt::format("gemv r{} w{} s{}", block_m, warps_m, stages);
+  if (swap) return fmt::format("sm90swap {}x{}x{} s{}", block_m, block_n, block_k, stages);
   if (sm == 90 && ws) {
     return fmt::format("sm90ws {}x{}x{} wg{} s{}{}", block_m, block_n, block_k, warps_m, stages,
                        cluster == 2 ? " c2" : "");
@@ -56,11 +57,21 @@ GemmTile gemv_tile(int rows, int warps, int stages) {
   return t;
 }
 
+// A swapped-operand tile (grouped_gemm_sm90_swap.cuh): `tokens` token rows a block, 256 weight
+// rows, `stages` stages.
+GemmTile swap_tile(int tokens, int stages) {
+  GemmTile t{tokens, 256, 64, 2, 1, stages, 90, true};
+  t.swap = true;
+  return t;
+}
+
 }  // namespace
 
 int tile_smem_bytes(const GemmTile& t) {
   if (t.gemv) return t.warps_m * (t.block_m / 8) * 4 * 32 * 4;  // the warps' partial sums
   const int ring = t.stages * (t.block_m + t.block_n) * t.block_k * 2;
+  // + barriers and tile slots, each token row's pair and weight, alignment slack
+  if (t.swap) return ring + t.stages * 20 + 8 + t.block_m * 8 + 1024;
   if (t.ws) return ring + 2 * t.stages * 8 + 1024;  // + full/empty barriers, alignment slack
   return t.sm == 90 ? ring + 1024 : ring;           // sm90: slack to align tiles to 1024 bytes
 }
@@ -92,7 +103,12 @@ std::vector<GemmTile> candidate_tiles(const MoeConfig& c, long long max_tokens,
                                {192, 192, 64, 3, 1, 4, 90, true},
                                {192, 128, 64, 3, 1, 5, 90, true},
                                {128, 128, 64, 2, 1, 6, 90, true, 2},
-                               {128, 256, 64, 2, 1, 4, 90, true, 2}});
+                               {128, 256, 64, 2, 1, 4, 90, true, 2},
+                               // Tokens as the MMA's N: an expert of up to 128-160 rows is one
+                               // block, padded to 16 rows instead of 64.
+                               swap_tile(128, 4),
+                               swap_tile(144, 4),
+                               swap_tile(160, 4)});
   }
   // The GEMV re-reads the weights (from L2) for every row block of an expert: a candidate while
   // the average expert fills one or two blocks.
@@ -194,6 +210,17 @@ KernelSpec gemm_spec(const MoeConfig& c, GemmStage stage, const GemmTile& t) {
     // A register cap of 128 a thread: without one, ptxas interleaves the loads with the MMAs and
     // keeps ~3 loads in flight a lane; with it, all of a round's loads go first (SASS checked).
     spec.min_blocks = 512 / (32 * t.warps_m);
+    return spec;
+  }
+  if (t.swap) {
+    KernelSpec spec{"grouped_gemm_sm90_swap", "grouped_gemm_sm90_swap.cuh",
+                    fmt::format("rt_moe::GroupedGemmSm90Swap<{}, {}, {}, {}, {}, {}, {}, {}, {}>",
+                                dtype_tag(c.dtype), c.d_hidden, c.d_expert, c.n_routed_experts,
+                                c.n_shared_experts, c.top_k,
+                                stage == GemmStage::kGateUp ? "rt_moe::kGateUp" : "rt_moe::kDown",
+                                t.block_m, t.stages),
+                    "rt_moe::GemmTmaParams"};
+    spec.min_blocks = 1;
     return spec;
   }
   if (t.sm == 90 && t.ws) {

@@ -30,7 +30,11 @@ struct GemmTile {
   bool ws = false;
   int cluster = 1;  // ws: CTAs per cluster sharing (multicasting) weight tiles, 1 or 2
   bool gemv = false;
-  // "sm80 64x128x64 w2x2 s4", "sm90ws 128x256x64 wg2 s4 c2", "gemv r8 w4 s1"
+  // sm = 90, ws: the swapped-operand kernel of grouped_gemm_sm90_swap.cuh (block_m token rows as
+  // wgmma's N, block_n = 256 weight rows as M, two consumer warpgroups).
+  bool swap = false;
+  // "sm80 64x128x64 w2x2 s4", "sm90ws 128x256x64 wg2 s4 c2", "gemv r8 w4 s1", "sm90swap 144x256x64
+  // s4"
   std::string describe() const;
   friend bool operator==(const GemmTile&, const GemmTile&) = default;
 };

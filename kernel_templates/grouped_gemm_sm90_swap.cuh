@@ -1,0 +1,342 @@
+// Grouped GEMM with swapped operands on sm_90a: weight rows are wgmma's M side, token rows its N
+// side. For the middle batches (DeepSeek-V3 at T = 4096: ~128 rows an expert), where the tile of
+// grouped_gemm_sm90_ws.cuh (64-row granularity, 128 rows a block) runs an expert of 129-143 rows
+// as two row blocks that each pull the whole weight tile through L2, and multiplies up to 63
+// padding rows. Here a block takes TOKENS token rows of one expert (the dispatch pads experts to
+// TOKENS rows), so an expert of up to TOKENS rows streams each weight tile to the SMs once.
+//
+// Same pipeline as grouped_gemm_sm90_ws.cuh (persistent grid, tiles from the in-order counter in
+// bands, tile_order.h; one producer warpgroup, a STAGES-deep ring, full/empty mbarriers), with two
+// consumer warpgroups and a tile of 256 weight rows x TOKENS token rows:
+//   - the producer loads the weight tile (two 128-row boxes, TMA, 128-byte swizzle) and the token
+//     rows by cp.async from all 128 threads: gathered x rows (kGateUp) or the h rows of the block
+//     (kDown; rows past the expert's last row are zero-filled, never read);
+//   - consumer warpgroup c issues two wgmma.m64nTOKENSk16 per 16 K elements, the token tile as B
+//     (K-major, the same swizzled layout as the weights), two 64-row weight slices as A:
+//       kGateUp: gate rows [64 c, 64 c + 64) and the up rows of the same columns, so a thread
+//                holds g and u of the same (column, token): h = SiLU(g) * u, 128 columns a tile;
+//       kDown:   down rows [128 c, 128 c + 128), 256 columns a tile, y scaled by the routing
+//       weight.
+//   - the accumulators are (weight row, token): a lane holds two tokens of one column; one shuffle
+//     with the lane of the next column makes the stores two columns wide (h: 4 bytes, y: 8 bytes).
+// Padding token rows are zero in the ring, so their h rows are written as zeros (inside the
+// expert's padded range); kDown skips them.
+#pragma once
+
+#include "grouped_gemm_sm90_ws.cuh"
+
+namespace rt_moe {
+
+// wgmma.mSHAPEk16 with fp32 accumulators d[...], A and B from shared memory through descriptors.
+// clang-format off
+#define RT_MOE_WGMMA_SS(SHAPE, TYPE, LIST, A, B, P, ...)                                       \
+  static __device__ __forceinline__ void mma(float* d, unsigned long long desc_a,              \
+                                             unsigned long long desc_b, int scale_d) {         \
+    asm volatile(                                                                              \
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %" P ", 0;\n"                                          \
+      "wgmma.mma_async.sync.aligned." SHAPE ".f32." TYPE "." TYPE " {" LIST "}, %" A ", %" B   \
+      ", p, 1, 1, 0, 0;\n}\n"                                                                  \
+      : __VA_ARGS__                                                                            \
+      : "l"(desc_a), "l"(desc_b), "r"(scale_d));                                               \
+  }
+#define RT_MOE_REGS_0_71                                                                    \
+  "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,"          \
+  "%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,"        \
+  "%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,"        \
+  "%62,%63,%64,%65,%66,%67,%68,%69,%70,%71"
+#define RT_MOE_F8(i)                                                                          \
+  "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), \
+      "+f"(d[i + 6]), "+f"(d[i + 7])
+#define RT_MOE_F72 RT_MOE_F8(0), RT_MOE_F8(8), RT_MOE_F8(16), RT_MOE_F8(24), RT_MOE_F8(32),     \
+                   RT_MOE_F8(40), RT_MOE_F8(48), RT_MOE_F8(56), RT_MOE_F8(64)
+// clang-format on
+
+// One warpgroup's wgmma.m64nNk16 (N/2 accumulators a thread) for the N of a token tile.
+template <typename D, int N>
+struct WgmmaTokens;
+template <typename D>
+struct WgmmaTokens<D, 128> {
+  static __device__ __forceinline__ void mma(float* d, unsigned long long desc_a,
+                                             unsigned long long desc_b, int scale_d) {
+    Wgmma<D>::wgmma_m64n128k16(d, desc_a, desc_b, scale_d);
+  }
+};
+template <>
+struct WgmmaTokens<BF16, 144> {
+  RT_MOE_WGMMA_SS("m64n144k16", "bf16", RT_MOE_REGS_0_71, "72", "73", "74", RT_MOE_F72)
+};
+template <>
+struct WgmmaTokens<F16, 144> {
+  RT_MOE_WGMMA_SS("m64n144k16", "f16", RT_MOE_REGS_0_71, "72", "73", "74", RT_MOE_F72)
+};
+template <>
+struct WgmmaTokens<BF16, 160> {
+  RT_MOE_WGMMA_SS("m64n160k16", "bf16", RT_MOE_REGS_0_71 ",%72,%73,%74,%75,%76,%77,%78,%79", "80",
+                  "81", "82", RT_MOE_F72, RT_MOE_F8(72))
+};
+template <>
+struct WgmmaTokens<F16, 160> {
+  RT_MOE_WGMMA_SS("m64n160k16", "f16", RT_MOE_REGS_0_71 ",%72,%73,%74,%75,%76,%77,%78,%79", "80",
+                  "81", "82", RT_MOE_F72, RT_MOE_F8(72))
+};
+#undef RT_MOE_F72
+#undef RT_MOE_F8
+#undef RT_MOE_REGS_0_71
+#undef RT_MOE_WGMMA_SS
+
+template <typename D, int H, int I, int E, int S, int K, int MODE, int TOKENS, int STAGES>
+struct GroupedGemmSm90Swap {
+  static constexpr int BLOCK_M = TOKENS;  // token rows a block: the dispatch's padding
+  static constexpr int BLOCK_N = 256;     // weight rows a tile
+  static constexpr int BLOCK_K = 64;
+  static constexpr int CONSUMERS = 2;
+  static constexpr int kThreads = 128 * (CONSUMERS + 1);
+  static constexpr int kMinBlocks = 1;  // one block per SM: a register cap for setmaxnreg
+  static constexpr int kSlots = K + S;
+  static constexpr int kReduce = MODE == kDown ? I : H;
+  static constexpr int kTiles = kReduce / BLOCK_K;
+  static constexpr int kOutCols = MODE == kGateUp ? BLOCK_N / 2 : BLOCK_N;  // per tile
+  static constexpr int kColBlocks = ((MODE == kGateUp ? I : H) + kOutCols - 1) / kOutCols;
+  static constexpr int kTokenBytes = TOKENS * BLOCK_K * 2;  // the ring's token tile
+  static constexpr int kWeightBytes = BLOCK_N * BLOCK_K * 2;
+  static constexpr int kStageBytes = kTokenBytes + kWeightBytes;
+  static constexpr int kSliceBytes = 64 * BLOCK_K * 2;  // 64 weight rows: one wgmma's A
+  // full and empty barriers, the per-stage tile slots, two broadcast slots for the producer; the
+  // pair and weight of each token row of the consumers' tile (kDown).
+  static constexpr int kBarrierBytes = 2 * STAGES * 8 + STAGES * 4 + 8;
+  static constexpr int kPairBytes = MODE == kDown ? TOKENS * 8 : 0;
+  static constexpr int kSmemBytes = STAGES * kStageBytes + kBarrierBytes + kPairBytes + 1024;
+  static constexpr int kAcc = TOKENS / 2;  // fp32 accumulators of one wgmma, per thread
+  static constexpr int kRowsPerProducer = TOKENS * 8 / 128;  // 16-byte chunks of 128 threads
+
+  // The weight loads are those of the TMA kernel's 128 x 256 tile.
+  using WeightLoader = GroupedGemmSm90Ws<D, H, I, E, S, K, MODE, 2, BLOCK_N, STAGES, 1>;
+
+  static_assert(MODE == kGateUp || MODE == kDown, "the expert GEMMs only");
+  static_assert(TOKENS == 128 || TOKENS == 144 || TOKENS == 160, "one wgmma N variant");
+  static_assert(STAGES >= 2, "a ring of at least two stages");
+  static_assert(kTokenBytes % 1024 == 0, "tiles start 1024-byte aligned for the 128-byte swizzle");
+
+  static __device__ __forceinline__ BandTile tile_of(const GemmParams& g, int tile, int num_blocks,
+                                                     int band) {
+    return band_tile(tile, kColBlocks, band, num_blocks, g.block_expert, g.padded_offsets, BLOCK_M);
+  }
+
+  static __device__ void produce(const GemmTmaParams& p, unsigned smem_base, unsigned full,
+                                 unsigned empty, int* tile_slots, int* broadcast, int tiles,
+                                 int num_blocks) {
+    const GemmParams& g = p.gemm;
+    const int tid = threadIdx.x - 128 * CONSUMERS;
+    const int chunk = tid % 8;
+    const unsigned short* a = reinterpret_cast<const unsigned short*>(g.a);
+    int stage = 0;
+    unsigned phase = 0;
+    for (int iteration = 0;; ++iteration) {
+      // The next tile in order from the counter: thread 0 fetches, the others read it from
+      // shared memory (two slots, as a slow thread may still read one while thread 0 fills the
+      // other).
+      if (tid == 0) broadcast[iteration & 1] = atomicAdd(p.tile_counter, 1);
+      named_barrier_sync<1, 128>();
+      const int tile = broadcast[iteration & 1];
+      if (tile >= tiles) {
+        // No more work: a stage that carries -1 instead of data tells the consumers, with the
+        // same arrivals as a stage of data (every gathering thread, and thread 0 for the TMA).
+        mbarrier_wait(empty + 8 * stage, phase ^ 1);
+        if (tid == 0) tile_slots[stage] = -1;
+        mbarrier_arrive(full + 8 * stage);
+        if (tid == 0) mbarrier_arrive(full + 8 * stage);
+        break;
+      }
+      const BandTile t = tile_of(g, tile, num_blocks, p.band);
+      const int m0 = t.m_block * BLOCK_M;
+      const unsigned short* rows[kRowsPerProducer];
+#pragma unroll
+      for (int j = 0; j < kRowsPerProducer; ++j) {
+        const int r = tid / 8 + 16 * j;
+        const int pair = g.sorted_rows[m0 + r];
+        const long long row =
+            MODE == kGateUp ? (long long)(pair / kSlots) * H : (long long)(m0 + r) * I;
+        rows[j] = pair >= 0 ? a + row + chunk * 8 : nullptr;
+      }
+      for (int kt = 0; kt < kTiles; ++kt) {
+        mbarrier_wait(empty + 8 * stage, phase ^ 1);
+        const unsigned token_smem = smem_base + stage * kStageBytes;
+        const unsigned weight_smem = token_smem + kTokenBytes;
+        const unsigned bar = full + 8 * stage;
+        if (tid == 0) {
+          if (kt == 0) tile_slots[stage] = tile;  // published by the arrival below
+          mbarrier_arrive_expect_tx(bar, kWeightBytes);
+          WeightLoader::load_b_half(p, t.expert, t.n_block, kt, 0, weight_smem, bar, false);
+          WeightLoader::load_b_half(p, t.expert, t.n_block, kt, 1, weight_smem, bar, false);
+        }
+#pragma unroll
+        for (int j = 0; j < kRowsPerProducer; ++j) {
+          const int r = tid / 8 + 16 * j;
+          const bool ok = rows[j] != nullptr;
+          cp_async_16(token_smem + swizzle_128b(r, chunk), ok ? rows[j] + kt * BLOCK_K : a, ok);
+        }
+        mbarrier_arrive_on_cp_async(bar);
+        if (++stage == STAGES) {
+          stage = 0;
+          phase ^= 1;
+        }
+      }
+    }
+    cp_async_wait<0>();
+  }
+
+  static __device__ void consume(const GemmTmaParams& p, unsigned smem_base, unsigned full,
+                                 unsigned empty, const int* tile_slots, int* tile_pairs,
+                                 int num_blocks) {
+    const GemmParams& g = p.gemm;
+    const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+    const int group = warp / 4, warp_in_group = warp % 4;
+    float* tile_weights = reinterpret_cast<float*>(tile_pairs + TOKENS);
+    // This warpgroup's two 64-row weight slices (offsets in the stage's weight tile): gate and up
+    // rows of the same 64 columns, or 128 consecutive down rows.
+    const unsigned slice0 = MODE == kGateUp ? group * kSliceBytes : 2 * group * kSliceBytes;
+    const unsigned slice1 = MODE == kGateUp ? slice0 + 2 * kSliceBytes : slice0 + kSliceBytes;
+    int stage = 0;
+    unsigned phase = 0;
+    float acc0[kAcc], acc1[kAcc];
+    auto release_stage = [&](int s) {
+      __syncwarp();
+      if (lane == 0) mbarrier_arrive(empty + 8 * s);
+    };
+    for (;;) {
+      // The tile comes with its first stage (lane 0 reads the slot; see grouped_gemm_sm90_ws).
+      mbarrier_wait(full + 8 * stage, phase);
+      int tile = 0;
+      if (lane == 0) tile = tile_slots[stage];
+      tile = __shfl_sync(0xffffffffu, tile, 0);
+      if (tile < 0) break;
+      const BandTile t = tile_of(g, tile, num_blocks, p.band);
+      const int m0 = t.m_block * BLOCK_M;
+      if (MODE == kDown) {
+        // The last tile's stores have read the pairs (barrier), then this tile's go in.
+        named_barrier_sync<2, 128 * CONSUMERS>();
+        for (int r = tid; r < TOKENS; r += 128 * CONSUMERS) {
+          const int pair = g.sorted_rows[m0 + r];
+          tile_pairs[r] = pair;
+          tile_weights[r] = pair >= 0 ? pair_weight<K, kSlots>(g, pair) : 0.f;
+        }
+      }
+      int release = -1;
+      for (int kt = 0; kt < kTiles; ++kt) {
+        if (kt > 0) mbarrier_wait(full + 8 * stage, phase);
+        // The token rows were written by cp.async (generic proxy); wgmma reads them through the
+        // async proxy.
+        fence_proxy_async();
+        const unsigned token_smem = smem_base + stage * kStageBytes;
+        const unsigned weight_smem = token_smem + kTokenBytes;
+        wgmma_fence();
+#pragma unroll
+        for (int ks = 0; ks < 4; ++ks) {
+          // k16 steps advance 32 bytes inside the swizzled 128-byte rows.
+          const unsigned long long tokens = smem_descriptor(token_smem + ks * 32);
+          const int scale_d = (kt > 0 || ks > 0) ? 1 : 0;
+          WgmmaTokens<D, TOKENS>::mma(acc0, smem_descriptor(weight_smem + slice0 + ks * 32), tokens,
+                                      scale_d);
+          WgmmaTokens<D, TOKENS>::mma(acc1, smem_descriptor(weight_smem + slice1 + ks * 32), tokens,
+                                      scale_d);
+        }
+        wgmma_commit();
+        wgmma_wait<1>();  // the batch of the previous stage retired: release that stage
+        if (release >= 0) release_stage(release);
+        release = stage;
+        if (++stage == STAGES) {
+          stage = 0;
+          phase ^= 1;
+        }
+      }
+      wgmma_wait<0>();
+      release_stage(release);
+      if (MODE == kDown) named_barrier_sync<2, 128 * CONSUMERS>();  // the tile's pairs are in
+      store<0>(g, acc0, acc1, tile_pairs, tile_weights, m0, t.n_block, group,
+               warp_in_group * 16 + lane / 4, lane);
+    }
+  }
+
+  // acc[4 j + v]: weight row `row` (+ 8 for v >= 2) of a 64-row slice, token 8 j + 2 (lane % 4) +
+  // (v & 1) of the tile. A lane and its partner (lane ^ 4, weight row ^ 1) swap one value each,
+  // so the even row's lane stores token t of rows (row, row + 1) and the odd row's lane token t + 1
+  // of rows (row - 1, row). One J at a time by recursion, so that every accumulator index is a
+  // constant (an unrolled loop of 18 steps was left rolled in kDown, the accumulators in local
+  // memory).
+  template <int J>
+  static __device__ __forceinline__ void store(const GemmParams& g, const float* acc0,
+                                               const float* acc1, const int* tile_pairs,
+                                               const float* tile_weights, int m0, int n_block,
+                                               int group, int row, int lane) {
+    const bool odd = (row & 1) != 0;
+    const int token = 8 * J + 2 * (lane % 4) + (odd ? 1 : 0);  // the token this lane stores
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int v = 4 * J + 2 * half;
+      const int r = row + 8 * half - (odd ? 1 : 0);  // the even row of the stored pair
+      if (MODE == kGateUp) {
+        const int col = n_block * kOutCols + group * 64 + r;
+        const float h0 = silu_mul(acc0[v], acc1[v]), h1 = silu_mul(acc0[v + 1], acc1[v + 1]);
+        const float other = __shfl_xor_sync(0xffffffffu, odd ? h0 : h1, 4);
+        if (col < I) {
+          unsigned* out = reinterpret_cast<unsigned*>(g.out);
+          out[((long long)(m0 + token) * I + col) / 2] =
+              odd ? DTypeOps<D>::pack2(other, h1) : DTypeOps<D>::pack2(h0, other);
+        }
+      } else {
+        const int pair = tile_pairs[token];
+        const float weight = tile_weights[token];
+        const int col = n_block * kOutCols + group * 128 + r;
+        store_y(g, acc0[v], acc0[v + 1], pair, weight, col, odd);
+        store_y(g, acc1[v], acc1[v + 1], pair, weight, col + 64, odd);
+      }
+    }
+    if constexpr (J + 1 < TOKENS / 8) {
+      store<J + 1>(g, acc0, acc1, tile_pairs, tile_weights, m0, n_block, group, row, lane);
+    }
+  }
+
+  // y of one lane pair (see store): tokens t (value a) and t + 1 (value b) of one column.
+  static __device__ __forceinline__ void store_y(const GemmParams& g, float a, float b, int pair,
+                                                 float weight, int col, bool odd) {
+    const float other = __shfl_xor_sync(0xffffffffu, odd ? a : b, 4);
+    // Streaming (evict-first): y is read once, by the combine.
+    if (pair >= 0 && col < H) {
+      const float2 value =
+          odd ? make_float2(other * weight, b * weight) : make_float2(a * weight, other * weight);
+      __stcs(&reinterpret_cast<float2*>(g.out)[((long long)pair * H + col) / 2], value);
+    }
+  }
+
+  static __device__ void run(const GemmTmaParams& p) {
+    // Launched programmatically after the scatter kernel: nothing it wrote is read before this.
+    grid_dependency_trigger();  // the next kernel may launch now; it waits for this one
+    grid_dependency_wait();
+    extern __shared__ __align__(1024) unsigned char smem[];
+    const unsigned smem_base = (smem_address(smem) + 1023u) & ~1023u;
+    const unsigned full = smem_base + STAGES * kStageBytes;
+    const unsigned empty = full + 8 * STAGES;
+    int* tile_slots = reinterpret_cast<int*>(smem + (empty + 8 * STAGES - smem_address(smem)));
+    int* broadcast = tile_slots + STAGES;
+    int* tile_pairs = broadcast + 2;
+    if (threadIdx.x == 0) {
+      for (int s = 0; s < STAGES; ++s) {
+        mbarrier_init(full + 8 * s, 128 + 1);
+        mbarrier_init(empty + 8 * s, CONSUMERS * 4);
+      }
+      mbarrier_init_fence();
+    }
+    __syncthreads();
+    const int num_blocks = *p.gemm.num_blocks;
+    const int tiles = num_blocks * kColBlocks;
+    if (threadIdx.x >= 128 * CONSUMERS) {
+      warpgroup_registers_dec<56>();
+      produce(p, smem_base, full, empty, tile_slots, broadcast, tiles, num_blocks);
+    } else {
+      warpgroup_registers_inc<224>();
+      consume(p, smem_base, full, empty, tile_slots, tile_pairs, num_blocks);
+    }
+  }
+};
+
+}  // namespace rt_moe
