@@ -27,62 +27,88 @@
 
 namespace rt_moe {
 
-// wgmma.mSHAPEk16 with fp32 accumulators d[...], A and B from shared memory through descriptors.
+// wgmma.m64nNk16 with fp32 accumulators d[0 .. N / 2), A and B from shared memory through
+// descriptors, for N = 16, 32, ..., 160 (the token rows of a block, rounded up to 16); A, B and P
+// are the operand numbers of the two descriptors and scale_d, LIST the accumulators' operands.
 // clang-format off
-#define RT_MOE_WGMMA_SS(SHAPE, TYPE, LIST, A, B, P, ...)                                       \
-  static __device__ __forceinline__ void mma(float* d, unsigned long long desc_a,              \
-                                             unsigned long long desc_b, int scale_d) {         \
-    asm volatile(                                                                              \
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %" P ", 0;\n"                                          \
-      "wgmma.mma_async.sync.aligned." SHAPE ".f32." TYPE "." TYPE " {" LIST "}, %" A ", %" B   \
-      ", p, 1, 1, 0, 0;\n}\n"                                                                  \
-      : __VA_ARGS__                                                                            \
-      : "l"(desc_a), "l"(desc_b), "r"(scale_d));                                               \
-  }
-#define RT_MOE_REGS_0_71                                                                    \
-  "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,"          \
-  "%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,"        \
-  "%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,"        \
-  "%62,%63,%64,%65,%66,%67,%68,%69,%70,%71"
+#define RT_MOE_WGMMA_TOKENS_TYPE(DTYPE, TYPE, N, A, B, P, LIST, ...)                            \
+  template <>                                                                                  \
+  struct WgmmaTokens<DTYPE, N> {                                                               \
+    static __device__ __forceinline__ void mma(float* d, unsigned long long desc_a,            \
+                                               unsigned long long desc_b, int scale_d) {       \
+      asm volatile(                                                                            \
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %" P ", 0;\n"                                        \
+        "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." TYPE "." TYPE " {" LIST "}, %" A     \
+        ", %" B ", p, 1, 1, 0, 0;\n}\n"                                                        \
+        : __VA_ARGS__                                                                          \
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d));                                             \
+    }                                                                                          \
+  };
+#define RT_MOE_WGMMA_TOKENS(N, A, B, P, LIST, ...)                                             \
+  RT_MOE_WGMMA_TOKENS_TYPE(BF16, "bf16", N, A, B, P, LIST, __VA_ARGS__)                        \
+  RT_MOE_WGMMA_TOKENS_TYPE(F16, "f16", N, A, B, P, LIST, __VA_ARGS__)
 #define RT_MOE_F8(i)                                                                          \
   "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), \
       "+f"(d[i + 6]), "+f"(d[i + 7])
-#define RT_MOE_F72 RT_MOE_F8(0), RT_MOE_F8(8), RT_MOE_F8(16), RT_MOE_F8(24), RT_MOE_F8(32),     \
-                   RT_MOE_F8(40), RT_MOE_F8(48), RT_MOE_F8(56), RT_MOE_F8(64)
+// Operand strings and operands of the first N / 2 accumulators.
+#define RT_MOE_L16 "%0,%1,%2,%3,%4,%5,%6,%7"
+#define RT_MOE_L32 RT_MOE_L16 ",%8,%9,%10,%11,%12,%13,%14,%15"
+#define RT_MOE_L48 RT_MOE_L32 ",%16,%17,%18,%19,%20,%21,%22,%23"
+#define RT_MOE_L64 RT_MOE_L48 ",%24,%25,%26,%27,%28,%29,%30,%31"
+#define RT_MOE_L80 RT_MOE_L64 ",%32,%33,%34,%35,%36,%37,%38,%39"
+#define RT_MOE_L96 RT_MOE_L80 ",%40,%41,%42,%43,%44,%45,%46,%47"
+#define RT_MOE_L112 RT_MOE_L96 ",%48,%49,%50,%51,%52,%53,%54,%55"
+#define RT_MOE_L128 RT_MOE_L112 ",%56,%57,%58,%59,%60,%61,%62,%63"
+#define RT_MOE_L144 RT_MOE_L128 ",%64,%65,%66,%67,%68,%69,%70,%71"
+#define RT_MOE_L160 RT_MOE_L144 ",%72,%73,%74,%75,%76,%77,%78,%79"
+#define RT_MOE_O16 RT_MOE_F8(0)
+#define RT_MOE_O32 RT_MOE_O16, RT_MOE_F8(8)
+#define RT_MOE_O48 RT_MOE_O32, RT_MOE_F8(16)
+#define RT_MOE_O64 RT_MOE_O48, RT_MOE_F8(24)
+#define RT_MOE_O80 RT_MOE_O64, RT_MOE_F8(32)
+#define RT_MOE_O96 RT_MOE_O80, RT_MOE_F8(40)
+#define RT_MOE_O112 RT_MOE_O96, RT_MOE_F8(48)
+#define RT_MOE_O128 RT_MOE_O112, RT_MOE_F8(56)
+#define RT_MOE_O144 RT_MOE_O128, RT_MOE_F8(64)
+#define RT_MOE_O160 RT_MOE_O144, RT_MOE_F8(72)
 // clang-format on
 
-// One warpgroup's wgmma.m64nNk16 (N/2 accumulators a thread) for the N of a token tile.
+// One warpgroup's wgmma.m64nNk16 (N / 2 accumulators a thread).
 template <typename D, int N>
 struct WgmmaTokens;
-template <typename D>
-struct WgmmaTokens<D, 128> {
-  static __device__ __forceinline__ void mma(float* d, unsigned long long desc_a,
-                                             unsigned long long desc_b, int scale_d) {
-    Wgmma<D>::wgmma_m64n128k16(d, desc_a, desc_b, scale_d);
-  }
-};
-template <>
-struct WgmmaTokens<BF16, 144> {
-  RT_MOE_WGMMA_SS("m64n144k16", "bf16", RT_MOE_REGS_0_71, "72", "73", "74", RT_MOE_F72)
-};
-template <>
-struct WgmmaTokens<F16, 144> {
-  RT_MOE_WGMMA_SS("m64n144k16", "f16", RT_MOE_REGS_0_71, "72", "73", "74", RT_MOE_F72)
-};
-template <>
-struct WgmmaTokens<BF16, 160> {
-  RT_MOE_WGMMA_SS("m64n160k16", "bf16", RT_MOE_REGS_0_71 ",%72,%73,%74,%75,%76,%77,%78,%79", "80",
-                  "81", "82", RT_MOE_F72, RT_MOE_F8(72))
-};
-template <>
-struct WgmmaTokens<F16, 160> {
-  RT_MOE_WGMMA_SS("m64n160k16", "f16", RT_MOE_REGS_0_71 ",%72,%73,%74,%75,%76,%77,%78,%79", "80",
-                  "81", "82", RT_MOE_F72, RT_MOE_F8(72))
-};
-#undef RT_MOE_F72
+RT_MOE_WGMMA_TOKENS(16, "8", "9", "10", RT_MOE_L16, RT_MOE_O16)
+RT_MOE_WGMMA_TOKENS(32, "16", "17", "18", RT_MOE_L32, RT_MOE_O32)
+RT_MOE_WGMMA_TOKENS(48, "24", "25", "26", RT_MOE_L48, RT_MOE_O48)
+RT_MOE_WGMMA_TOKENS(64, "32", "33", "34", RT_MOE_L64, RT_MOE_O64)
+RT_MOE_WGMMA_TOKENS(80, "40", "41", "42", RT_MOE_L80, RT_MOE_O80)
+RT_MOE_WGMMA_TOKENS(96, "48", "49", "50", RT_MOE_L96, RT_MOE_O96)
+RT_MOE_WGMMA_TOKENS(112, "56", "57", "58", RT_MOE_L112, RT_MOE_O112)
+RT_MOE_WGMMA_TOKENS(128, "64", "65", "66", RT_MOE_L128, RT_MOE_O128)
+RT_MOE_WGMMA_TOKENS(144, "72", "73", "74", RT_MOE_L144, RT_MOE_O144)
+RT_MOE_WGMMA_TOKENS(160, "80", "81", "82", RT_MOE_L160, RT_MOE_O160)
+#undef RT_MOE_O160
+#undef RT_MOE_O144
+#undef RT_MOE_O128
+#undef RT_MOE_O112
+#undef RT_MOE_O96
+#undef RT_MOE_O80
+#undef RT_MOE_O64
+#undef RT_MOE_O48
+#undef RT_MOE_O32
+#undef RT_MOE_O16
+#undef RT_MOE_L160
+#undef RT_MOE_L144
+#undef RT_MOE_L128
+#undef RT_MOE_L112
+#undef RT_MOE_L96
+#undef RT_MOE_L80
+#undef RT_MOE_L64
+#undef RT_MOE_L48
+#undef RT_MOE_L32
+#undef RT_MOE_L16
 #undef RT_MOE_F8
-#undef RT_MOE_REGS_0_71
-#undef RT_MOE_WGMMA_SS
+#undef RT_MOE_WGMMA_TOKENS
+#undef RT_MOE_WGMMA_TOKENS_TYPE
 
 template <typename D, int H, int I, int E, int S, int K, int MODE, int TOKENS, int STAGES>
 struct GroupedGemmSm90Swap {
@@ -106,14 +132,16 @@ struct GroupedGemmSm90Swap {
   static constexpr int kBarrierBytes = 2 * STAGES * 8 + STAGES * 4 + 8;
   static constexpr int kPairBytes = MODE == kDown ? TOKENS * 8 : 0;
   static constexpr int kSmemBytes = STAGES * kStageBytes + kBarrierBytes + kPairBytes + 1024;
-  static constexpr int kAcc = TOKENS / 2;  // fp32 accumulators of one wgmma, per thread
+  static constexpr int kAcc =
+      TOKENS / 2;  // fp32 accumulators of one wgmma (N = TOKENS), per thread
   static constexpr int kRowsPerProducer = TOKENS * 8 / 128;  // 16-byte chunks of 128 threads
 
   // The weight loads are those of the TMA kernel's 128 x 256 tile.
   using WeightLoader = GroupedGemmSm90Ws<D, H, I, E, S, K, MODE, 2, BLOCK_N, STAGES, 1>;
 
   static_assert(MODE == kGateUp || MODE == kDown, "the expert GEMMs only");
-  static_assert(TOKENS == 128 || TOKENS == 144 || TOKENS == 160, "one wgmma N variant");
+  static_assert(TOKENS % 16 == 0 && TOKENS >= 16 && TOKENS <= 160,
+                "wgmma N variants of 16 to 160 token rows");
   static_assert(STAGES >= 2, "a ring of at least two stages");
   static_assert(kTokenBytes % 1024 == 0, "tiles start 1024-byte aligned for the 128-byte swizzle");
 
@@ -212,6 +240,11 @@ struct GroupedGemmSm90Swap {
       if (tile < 0) break;
       const BandTile t = tile_of(g, tile, num_blocks, p.band);
       const int m0 = t.m_block * BLOCK_M;
+      // The block's token rows, rounded up to 16: the N of its MMAs (the rows past the expert's
+      // last are zero in the ring; those past n are neither multiplied nor stored).
+      const int expert_rows = t.expert < E ? g.expert_counts[t.expert] : g.tokens;
+      const int rows = min(TOKENS, expert_rows - (m0 - g.padded_offsets[t.expert]));
+      const int n = (rows + 15) / 16 * 16;
       if (MODE == kDown) {
         // The last tile's stores have read the pairs (barrier), then this tile's go in.
         named_barrier_sync<2, 128 * CONSUMERS>();
@@ -230,18 +263,9 @@ struct GroupedGemmSm90Swap {
         const unsigned token_smem = smem_base + stage * kStageBytes;
         const unsigned weight_smem = token_smem + kTokenBytes;
         wgmma_fence();
-#pragma unroll
-        for (int ks = 0; ks < 4; ++ks) {
-          // k16 steps advance 32 bytes inside the swizzled 128-byte rows.
-          const unsigned long long tokens = smem_descriptor(token_smem + ks * 32);
-          const int scale_d = (kt > 0 || ks > 0) ? 1 : 0;
-          WgmmaTokens<D, TOKENS>::mma(acc0, smem_descriptor(weight_smem + slice0 + ks * 32), tokens,
-                                      scale_d);
-          WgmmaTokens<D, TOKENS>::mma(acc1, smem_descriptor(weight_smem + slice1 + ks * 32), tokens,
-                                      scale_d);
-        }
-        wgmma_commit();
-        wgmma_wait<1>();  // the batch of the previous stage retired: release that stage
+        // Commits, and waits until the batch of the previous stage retired: release that stage.
+        mma_k64<TOKENS>(n, acc0, acc1, weight_smem + slice0, weight_smem + slice1, token_smem,
+                        kt > 0);
         if (release >= 0) release_stage(release);
         release = stage;
         if (++stage == STAGES) {
@@ -252,9 +276,35 @@ struct GroupedGemmSm90Swap {
       wgmma_wait<0>();
       release_stage(release);
       if (MODE == kDown) named_barrier_sync<2, 128 * CONSUMERS>();  // the tile's pairs are in
-      store<0>(g, acc0, acc1, tile_pairs, tile_weights, m0, t.n_block, group,
+      store<0>(g, acc0, acc1, tile_pairs, tile_weights, m0, n, t.n_block, group,
                warp_in_group * 16 + lane / 4, lane);
     }
+  }
+
+  // The MMAs of one 64-element K tile: the two weight slices at a0 and a1 against the first n
+  // (= N, found by recursion from TOKENS down) token rows at b, committed as one batch; returns
+  // once the previous batch retired.
+  template <int N>
+  static __device__ __forceinline__ void mma_k64(int n, float* acc0, float* acc1, unsigned a0,
+                                                 unsigned a1, unsigned b, bool accumulate) {
+    if constexpr (N > 16) {
+      if (n < N) {
+        mma_k64<N - 16>(n, acc0, acc1, a0, a1, b, accumulate);
+        return;
+      }
+    }
+#pragma unroll
+    for (int ks = 0; ks < 4; ++ks) {
+      // k16 steps advance 32 bytes inside the swizzled 128-byte rows.
+      const unsigned long long tokens = smem_descriptor(b + ks * 32);
+      const int scale_d = (accumulate || ks > 0) ? 1 : 0;
+      WgmmaTokens<D, N>::mma(acc0, smem_descriptor(a0 + ks * 32), tokens, scale_d);
+      WgmmaTokens<D, N>::mma(acc1, smem_descriptor(a1 + ks * 32), tokens, scale_d);
+    }
+    // Committed and waited for on each N's own path: after the paths join, ptxas closed them with
+    // an empty wgmma group, and the wait for all but the last group then drained every batch.
+    wgmma_commit();
+    wgmma_wait<1>();
   }
 
   // acc[4 j + v]: weight row `row` (+ 8 for v >= 2) of a 64-row slice, token 8 j + 2 (lane % 4) +
@@ -266,8 +316,9 @@ struct GroupedGemmSm90Swap {
   template <int J>
   static __device__ __forceinline__ void store(const GemmParams& g, const float* acc0,
                                                const float* acc1, const int* tile_pairs,
-                                               const float* tile_weights, int m0, int n_block,
-                                               int group, int row, int lane) {
+                                               const float* tile_weights, int m0, int n,
+                                               int n_block, int group, int row, int lane) {
+    if (8 * J >= n) return;  // past the MMAs' N: never computed
     const bool odd = (row & 1) != 0;
     const int token = 8 * J + 2 * (lane % 4) + (odd ? 1 : 0);  // the token this lane stores
 #pragma unroll
@@ -292,7 +343,7 @@ struct GroupedGemmSm90Swap {
       }
     }
     if constexpr (J + 1 < TOKENS / 8) {
-      store<J + 1>(g, acc0, acc1, tile_pairs, tile_weights, m0, n_block, group, row, lane);
+      store<J + 1>(g, acc0, acc1, tile_pairs, tile_weights, m0, n, n_block, group, row, lane);
     }
   }
 

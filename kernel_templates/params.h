@@ -62,6 +62,7 @@ struct GemmParams {
   const int* num_blocks;         // (1)
   const int* padded_offsets;     // (E + S + 1): expert e's rows start at padded_offsets[e]
   const float* topk_weights;     // (T, k), down only
+  const int* expert_counts;      // (E) routed pairs per expert (the shared chunks have T rows)
   int tokens;
   int round_logits;  // router only: 1 rounds the logits to the dtype, 0 keeps fp32
 };

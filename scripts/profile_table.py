@@ -33,7 +33,7 @@ def main():
         sys.exit(f"profile_table.py: {len(ordered)} kernels profiled, expected "
                  f"{len(STAGES)} per forward x {len(tokens)} token counts")
     print(f"{'T':>7} {'stage':>8} {'us':>10} {'DRAM rd GB':>11} {'DRAM wr GB':>11} "
-          f"{'TB/s':>6} {'L2 hit':>7} {'L2 %':>6} {'tensor %':>9}")
+          f"{'TB/s':>6} {'L2 hit':>7} {'L2 %':>6} {'tensor %':>9} {'L2 rd GB':>10}")
     for t_index, t in enumerate(tokens):
         total = 0.0
         for s_index, stage in enumerate(STAGES):
@@ -49,7 +49,8 @@ def main():
                   f"{(rd + wr) / ns / 1e3:>6.2f} "
                   f"{m.get('lts__t_sector_hit_rate.pct', float('nan')):>6.1f}% "
                   f"{m.get('lts__throughput.avg.pct_of_peak_sustained_elapsed', float('nan')):>5.1f}% "
-                  f"{m.get('sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active', float('nan')):>8.1f}%")
+                  f"{m.get('sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active', float('nan')):>8.1f}% "
+                  f"{m.get('lts__t_sectors_op_read.sum', float('nan')) * 32 / 1e9:>10.2f}")
         print(f"{t:>7} {'sum':>8} {total / 1e3:>10.1f}")
 
 

@@ -217,6 +217,7 @@ void MoeRuntime::Impl::enqueue(const LaunchPlan& plan, const void* x, void* out,
   gate_up.num_blocks = static_cast<const int*>(ptr(l.num_blocks));
   gate_up.padded_offsets = static_cast<const int*>(ptr(l.padded_offsets));
   gate_up.topk_weights = static_cast<const float*>(ptr(l.topk_weights));
+  gate_up.expert_counts = static_cast<const int*>(ptr(l.counts));
   gate_up.tokens = T;
   GemmParams down = gate_up;
   down.a = ptr(l.h);

@@ -105,7 +105,7 @@ std::vector<GemmTile> candidate_tiles(const MoeConfig& c, long long max_tokens,
                                {128, 128, 64, 2, 1, 6, 90, true, 2},
                                {128, 256, 64, 2, 1, 4, 90, true, 2},
                                // Tokens as the MMA's N: an expert of up to 128-160 rows is one
-                               // block, padded to 16 rows instead of 64.
+                               // block, its MMAs as wide as its rows rounded up to 16.
                                swap_tile(128, 4),
                                swap_tile(144, 4),
                                swap_tile(160, 4)});
@@ -124,7 +124,9 @@ std::vector<GemmTile> candidate_tiles(const MoeConfig& c, long long max_tokens,
   while (tall < rows_per_expert(c, max_tokens)) tall *= 2;
   std::vector<GemmTile> candidates;
   for (const GemmTile& t : space) {
-    if (t == heuristic || (tile_smem_bytes(t) <= max_smem && t.block_m <= 2 * tall)) {
+    // A swapped tile multiplies only the rows a block has (rounded up to 16), not block_m.
+    const bool fits_rows = t.swap ? rows_per_expert(c, max_tokens) > 16 : t.block_m <= 2 * tall;
+    if (t == heuristic || (tile_smem_bytes(t) <= max_smem && fits_rows)) {
       candidates.push_back(t);
     }
   }

@@ -218,7 +218,6 @@ TEST_CASE("every TMA warp-specialized tile matches the reference (S = 0 and 2, b
         f.check(1000, 700 + shared, tile);
         if (std::string(tile).find("64x256") != std::string::npos) f.check(70, 710, tile);
         if (std::string(tile).find("sm90swap") != std::string::npos) {
-          f.check(70, 711, tile);
           // H = 1216 and I = 576: the last column blocks of both GEMMs are partial (1216 =
           // 4 x 256 + 192, 576 = 4 x 128 + 64).
           Fixture odd(make_config(1216, 576, 16, shared, 4, dtype_of(d)), 91 + shared + d, options);
