@@ -149,6 +149,10 @@ GemmTile default_tile(const MoeConfig& c, long long max_tokens, const std::strin
   if (rows <= 64 && has_tma_path(c, arch)) return {64, 256, 64, 1, 1, 5, 90, true};
   if (rows <= 32) return {32, 128, 64, 2, 2, 4};
   if (rows <= 64) return {64, 128, 64, 2, 2, 4};
+  // 129-256 rows: tokens as the MMA's N, one or two blocks an expert, each weight tile streamed
+  // once a block (DeepSeek-V3 T = 4096, ~143 rows: 7.44 against 8.54 ms for sm90ws 128x256 on the
+  // H200, docs/PERF.md; at ~78, ~310 and more rows the two tied or the swapped tile lost).
+  if (rows > 128 && rows <= 256 && has_tma_path(c, arch)) return swap_tile(160, 4);
   if (has_tma_path(c, arch)) return {128, 256, 64, 2, 1, 4, 90, true};
   if (has_wgmma(arch)) return {128, 256, 64, 2, 1, 4, 90};  // warps_m/n count warpgroups
   return {128, 128, 64, 2, 4, 3};

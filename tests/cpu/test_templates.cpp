@@ -53,6 +53,25 @@ TEST_CASE("every sm_90a tuner candidate of the wgmma paths compiles (gpumode sha
   }
 }
 
+TEST_CASE("the swapped-operand tile: the default from 129 to 256 rows an expert, else a candidate",
+          "[nvrtc]") {
+  MoeConfig c = make_config(7168, 2048, 256, 1, 8, DType::kBF16);
+  // DeepSeek-V3: ~143 rows an expert at T = 4096 (measured on the H200, docs/PERF.md).
+  CHECK(default_tile(c, 4096, "sm_90a").describe() == "sm90swap 160x256x64 s4");
+  CHECK(default_tile(c, 16384, "sm_90a").describe() == "sm90ws 128x256x64 wg2 s4");
+  CHECK(default_tile(c, 512, "sm_90a").describe() == "sm90ws 64x256x64 wg1 s5");
+  // Not on sm_80, nor where the TMA path cannot run (H, I not multiples of 64).
+  CHECK_FALSE(default_tile(c, 4096, "sm_80").swap);
+  CHECK_FALSE(default_tile(make_config(7200, 2048, 256, 1, 8, DType::kBF16), 4096, "sm_90a").swap);
+  // A candidate wherever an expert gets more than 16 rows: its MMAs follow the rows.
+  for (long long tokens : {512LL, 4096LL, 16384LL}) {
+    int swapped = 0;
+    for (const GemmTile& t : candidate_tiles(c, tokens, "sm_90a", 227 * 1024)) swapped += t.swap;
+    CHECK(swapped == 3);
+  }
+  for (const GemmTile& t : candidate_tiles(c, 64, "sm_90a", 227 * 1024)) CHECK_FALSE(t.swap);
+}
+
 TEST_CASE("the decode GEMV: a candidate while experts get few rows, never the default", "[nvrtc]") {
   MoeConfig c = make_config(7168, 2048, 256, 1, 8, DType::kBF16);
   // Measured on the H200 no faster than the sm80 16x64 tile at T = 1, 8 and 64 (docs/PERF.md).
