@@ -2,11 +2,12 @@
 //
 // A persistent grid (one block per SM) walks the tiles of (row block, column block) in an order
 // that keeps the readers of a weight tile, and those of a block's A rows, close together in time
-// (tile_order.h), so that they share them in L2. Without clusters the tiles are handed out by an
-// atomic counter (in tile order, so blocks that run faster or slower never drift apart in the
-// order and lose that sharing); CTA pairs walk a static sequence. The producer passes each tile's
-// index to the consumers with the tile's first stage (a per-stage slot in shared memory), and -1
-// when there is no more work.
+// (tile_order.h), so that they share them in L2. The tiles are handed out by an atomic counter (in
+// tile order, so blocks that run faster or slower never drift apart in the order and lose that
+// sharing); in a CTA pair the first CTA takes the pair's tile from the counter and passes it to
+// the second through its shared memory. The producer passes each tile's index to the consumers
+// with the tile's first stage (a per-stage slot in shared memory), and -1 when there is no more
+// work.
 // A block has one producer warpgroup and CONSUMERS consumer warpgroups:
 //   - the producer fills a STAGES-deep ring of A and B tiles (64 K elements each): weight tiles
 //     (B: gate and up rows, or down rows) and, in kDown, the h rows (A, contiguous in sorted
@@ -21,11 +22,12 @@
 //     and releases a stage (one arrival per warp on `empty`) once the batch reading it retired.
 //     A warpgroup whose 64 rows are all padding (the tail of an expert's last block) skips its
 //     MMAs and stores.
-// CLUSTER = 2: the two CTAs of a cluster take row blocks 2 j and 2 j + 1 of the same column block;
-// when both belong to one expert, each loads half of the weight tile and multicasts it to both,
-// halving the weight bytes read from L2 per FLOP (else each loads its whole tile). Consumers
-// release a stage in both CTAs (a stage is rewritten only when the two have read it), so the two
-// CTAs walk the same (tile, K tile) sequence; a missing odd block runs as all padding.
+// CLUSTER = 2: the two CTAs of a cluster take row blocks 2 j and 2 j + 1 of the same column block
+// (unit j of tile_order.h's order with units of two row blocks); when both belong to one expert,
+// each loads half of the weight tile and multicasts it to both, halving the weight bytes read from
+// L2 per FLOP (else each loads its whole tile). Consumers release a stage in both CTAs (a stage is
+// rewritten only when the two have read it), so the two CTAs walk the same (tile, K tile)
+// sequence; a missing odd block runs as all padding.
 // The ring's rows are 128 bytes with 16-byte chunks XOR-swizzled by (row % 8) from 1024-byte
 // aligned tiles: what TMA's 128-byte swizzle writes, what swizzle_128b places for the
 // gathered rows, and what wgmma's 128-byte swizzle descriptors read.
@@ -94,6 +96,25 @@ __device__ __forceinline__ void tma_load_2d_multicast(unsigned dst, const Tensor
       "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
       ".multicast::cluster [%0], [%1, {%2, %3}], [%4], %5;" ::"r"(dst),
       "l"(map), "r"(x), "r"(y), "r"(bar), "h"(mask)
+      : "memory");
+}
+
+// mbarrier_wait with cluster-scope acquire: for a phase completed by another CTA's release.
+__device__ __forceinline__ void mbarrier_wait_cluster(unsigned bar, unsigned parity) {
+  asm volatile(
+      "{\n.reg .pred done;\nwait:\n"
+      "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra wait;\n}\n" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+}
+
+// Stores `value` at the same offset as `addr` in the shared memory of CTA `rank` of the cluster.
+__device__ __forceinline__ void st_shared_remote(unsigned addr, unsigned rank, int value) {
+  asm volatile(
+      "{\n.reg .b32 remote;\nmapa.shared::cluster.u32 remote, %0, %1;\n"
+      "st.shared::cluster.b32 [remote], %2;\n}" ::"r"(addr),
+      "r"(rank), "r"(value)
       : "memory");
 }
 
@@ -246,8 +267,9 @@ struct GroupedGemmSm90Ws {
   static constexpr int kTileBBytes = BLOCK_N * BLOCK_K * 2;
   static constexpr int kStageBytes = kTileABytes + kTileBBytes;
   static constexpr int kHalfBBytes = kTileBBytes / 2;  // one TMA box: BLOCK_N / 2 rows
-  // full and empty barriers, the per-stage tile slots, two broadcast slots for the producer.
-  static constexpr int kBarrierBytes = 2 * STAGES * 8 + STAGES * 4 + 8;
+  // full and empty barriers; CTA pairs: two tile-ready and two tile-free barriers (next_tile in
+  // produce); the per-stage tile slots, two broadcast slots for the producer, two mailbox slots.
+  static constexpr int kBarrierBytes = 2 * STAGES * 8 + 4 * 8 + STAGES * 4 + 2 * 4 + 2 * 4;
   static constexpr int kSmemBytes = STAGES * kStageBytes + kBarrierBytes + 1024;  // + alignment
   static constexpr int kAcc = BLOCK_N / 2;  // fp32 accumulators per consumer thread
   // Gathered A rows (kGateUp): 8 chunks of 16 bytes per 128-byte row, 128 producer threads.
@@ -305,26 +327,26 @@ struct GroupedGemmSm90Ws {
     bool exists;     // m_block < num_blocks (an odd last block's partner does not)
     bool multicast;  // both row blocks of the cluster belong to `expert`
   };
-  // Without clusters, in bands of row blocks (tile_order.h); CTA pairs take row blocks 2 j and
-  // 2 j + 1 of one column block, column block fastest.
+  // In bands of row blocks (tile_order.h); CTA pairs in bands of units of two row blocks, rank r
+  // taking row block 2 j + r of unit j.
   static __device__ __forceinline__ Tile tile_of(const GemmParams& g, int tile, int num_blocks,
                                                  int rank, int band) {
+    const int units = (num_blocks + CLUSTER - 1) / CLUSTER;
+    const BandTile b = band_tile(tile, kColBlocks, band, units, g.block_expert, g.padded_offsets,
+                                 BLOCK_M, CLUSTER);
     Tile t;
     t.multicast = false;
+    t.n_block = b.n_block;
     if (CLUSTER == 1) {
-      const BandTile b =
-          band_tile(tile, kColBlocks, band, num_blocks, g.block_expert, g.padded_offsets, BLOCK_M);
       t.m_block = b.m_block;
-      t.n_block = b.n_block;
       t.expert = b.expert;
       t.exists = true;
       return t;
     }
-    const int first = (tile / kColBlocks) * CLUSTER;
-    t.n_block = tile % kColBlocks;
+    const int first = b.m_block;
     t.m_block = first + rank;
     t.exists = t.m_block < num_blocks;
-    const int first_expert = g.block_expert[first];
+    const int first_expert = b.expert;
     t.expert = t.exists ? g.block_expert[t.m_block] : first_expert;
     const int second_expert = first + 1 < num_blocks ? g.block_expert[first + 1] : first_expert;
     t.multicast = first_expert == second_expert;
@@ -332,8 +354,10 @@ struct GroupedGemmSm90Ws {
   }
 
   static __device__ void produce(const GemmTmaParams& p, unsigned smem_base, unsigned full,
-                                 unsigned empty, int* tile_slots, int* broadcast, int tiles,
-                                 int num_blocks, int rank) {
+                                 unsigned empty, unsigned tile_ready, int* tile_slots,
+                                 int* broadcast, int tiles, int num_blocks, int rank) {
+    const unsigned tile_free = tile_ready + 2 * 8;
+    int* mailbox = broadcast + 2;
     const GemmParams& g = p.gemm;
     const int band = p.band;
     const int tid = threadIdx.x - 128 * CONSUMERS;
@@ -342,19 +366,33 @@ struct GroupedGemmSm90Ws {
     const unsigned tx_bytes = MODE == kGateUp ? kTileBBytes : kTileABytes + kTileBBytes;
     int stage = 0;
     unsigned phase = 0;
-    int static_tile = blockIdx.x / CLUSTER;
-    // The next tile of this CTA: CTA pairs take a static sequence; single CTAs take the next one
-    // in order from the counter (thread 0 fetches, the other producer threads read it from shared
-    // memory; two slots, as a slow thread may still read one while thread 0 fills the other).
+    // The next tile of this CTA, in order from the counter: thread 0 fetches, the other producer
+    // threads read it from shared memory (two slots, as a slow thread may still read one while
+    // thread 0 fills the other). In a CTA pair, thread 0 of rank 0 fetches the pair's tile and
+    // writes it to mailbox slot `slot` of rank 1, then arrives on rank 1's tile-ready barrier of
+    // that slot (a release at cluster scope). Thread 0 of rank 1 waits on it, copies the tile to
+    // its broadcast slot and arrives on rank 0's tile-free barrier of the slot, which rank 0
+    // waits on before it writes that mailbox slot again, two tiles later.
     auto next_tile = [&](int iteration) {
-      if (CLUSTER == 2) {
-        const int tile = static_tile;
-        static_tile += gridDim.x / CLUSTER;
-        return tile;
+      const int slot = iteration & 1;
+      const unsigned round = unsigned(iteration >> 1);  // phase of this slot's barriers
+      if (tid == 0) {
+        if (CLUSTER == 1 || rank == 0) {
+          const int tile = atomicAdd(p.tile_counter, 1);
+          broadcast[slot] = tile;
+          if (CLUSTER == 2) {
+            if (round > 0) mbarrier_wait_cluster(tile_free + 8 * slot, (round - 1) & 1);
+            st_shared_remote(smem_address(mailbox + slot), 1, tile);
+            mbarrier_arrive_remote(tile_ready + 8 * slot, 1);
+          }
+        } else {
+          mbarrier_wait_cluster(tile_ready + 8 * slot, round & 1);
+          broadcast[slot] = *static_cast<volatile int*>(mailbox + slot);
+          mbarrier_arrive_remote(tile_free + 8 * slot, 0);
+        }
       }
-      if (tid == 0) broadcast[iteration & 1] = atomicAdd(p.tile_counter, 1);
       named_barrier_sync<1, 128>();
-      return broadcast[iteration & 1];
+      return broadcast[slot];
     };
     for (int iteration = 0;; ++iteration) {
       const int tile = next_tile(iteration);
@@ -444,6 +482,18 @@ struct GroupedGemmSm90Ws {
       const int m0 = t.m_block * BLOCK_M + group * 64;  // this warpgroup's first row
       // Padding rows are the tail of an expert's range: all 64 are padding when the first is.
       const bool active = t.exists && g.sorted_rows[m0] >= 0;
+      // kDown: the pairs and routing weights of this thread's two rows, loaded now so that their
+      // latency hides under the MMAs, not in front of the stores.
+      const int row = m0 + warp_in_group * 16 + lane / 4;
+      int pairs[2] = {-1, -1};
+      float weights[2] = {0.f, 0.f};
+      if (MODE == kDown && active) {
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          pairs[half] = g.sorted_rows[row + 8 * half];
+          if (pairs[half] >= 0) weights[half] = pair_weight<K, kSlots>(g, pairs[half]);
+        }
+      }
       int release = -1;
       for (int kt = 0; kt < kTiles; ++kt) {
         if (kt > 0) mbarrier_wait(full + 8 * stage, phase);
@@ -467,12 +517,14 @@ struct GroupedGemmSm90Ws {
       }
       wgmma_wait<0>();
       release_stage(release);
-      if (active) store(g, acc, m0 + warp_in_group * 16 + lane / 4, n_block, lane);
+      if (active) store(g, acc, row, pairs, weights, n_block, lane);
     }
   }
 
-  // acc[4 j + v]: row `row` (+ 8 for v >= 2), column 8 j + 2 (lane % 4) + (v & 1) of the tile.
+  // acc[4 j + v]: row `row` (+ 8 for v >= 2), column 8 j + 2 (lane % 4) + (v & 1) of the tile;
+  // kDown: pairs[half] and weights[half] are the pair and routing weight of row + 8 half.
   static __device__ __forceinline__ void store(const GemmParams& g, const float* acc, int row,
+                                               const int* pairs, const float* weights,
                                                int n_block, int lane) {
     unsigned* out = reinterpret_cast<unsigned*>(g.out);
     float2* y = reinterpret_cast<float2*>(g.out);
@@ -490,9 +542,9 @@ struct GroupedGemmSm90Ws {
           }
         }
       } else {
-        const int pair = g.sorted_rows[row];
+        const int pair = pairs[half];
         if (pair >= 0) {
-          const float weight = pair_weight<K, kSlots>(g, pair);
+          const float weight = weights[half];
 #pragma unroll
           for (int j = 0; j < BLOCK_N / 8; ++j) {
             const int col = n_block * kOutCols + j * 8 + (lane % 4) * 2;
@@ -517,13 +569,15 @@ struct GroupedGemmSm90Ws {
     const unsigned smem_base = (smem_address(smem) + 1023u) & ~1023u;
     const unsigned full = smem_base + STAGES * kStageBytes;
     const unsigned empty = full + 8 * STAGES;
-    int* tile_slots = reinterpret_cast<int*>(smem + (empty + 8 * STAGES - smem_address(smem)));
-    int* broadcast = tile_slots + STAGES;
+    const unsigned tile_ready = empty + 8 * STAGES;  // then tile_free, 2 x 8 bytes each
+    int* tile_slots = reinterpret_cast<int*>(smem + (tile_ready + 4 * 8 - smem_address(smem)));
+    int* broadcast = tile_slots + STAGES;  // then the mailbox, 2 ints each
     if (threadIdx.x == 0) {
       for (int s = 0; s < STAGES; ++s) {
         mbarrier_init(full + 8 * s, MODE == kGateUp ? 128 + 1 : 1);
         mbarrier_init(empty + 8 * s, CLUSTER * CONSUMERS * 4);
       }
+      for (int b = 0; b < 4; ++b) mbarrier_init(tile_ready + 8 * b, 1);  // tile-ready, tile-free
       mbarrier_init_fence();
     }
     // The barriers are initialized before any thread of the cluster uses them.
@@ -534,10 +588,11 @@ struct GroupedGemmSm90Ws {
     }
     const int rank = CLUSTER == 2 ? int(cluster_rank()) : 0;
     const int num_blocks = *p.gemm.num_blocks;
-    const int tiles = (num_blocks + CLUSTER - 1) / CLUSTER * kColBlocks;  // per cluster
+    const int tiles = (num_blocks + CLUSTER - 1) / CLUSTER * kColBlocks;  // units x columns
     if (threadIdx.x >= 128 * CONSUMERS) {
       if (CONSUMERS >= 2) warpgroup_registers_dec<kProducerRegs>();
-      produce(p, smem_base, full, empty, tile_slots, broadcast, tiles, num_blocks, rank);
+      produce(p, smem_base, full, empty, tile_ready, tile_slots, broadcast, tiles, num_blocks,
+              rank);
     } else {
       if (CONSUMERS >= 2) warpgroup_registers_inc<kConsumerRegs>();
       consume(p, smem_base, full, empty, tile_slots, num_blocks, rank);

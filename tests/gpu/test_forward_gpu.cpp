@@ -230,12 +230,23 @@ TEST_CASE("every TMA warp-specialized tile matches the reference (S = 0 and 2, b
   // fastest (1), and bands of 3 row blocks, which split the shared experts' 16 row blocks (and
   // the routed experts' ~4) unevenly.
   for (int band : {1, 3}) {
-    RuntimeOptions banded;
-    banded.tile = "sm90ws 64x256x64 wg1 s5";
-    banded.tile_band = band;
-    Fixture f(make_config(1024, 512, 16, 2, 4, DType::kBF16), 85 + band, banded);
-    INFO("tile_band = " << band);
-    f.check(1000, 720 + band, "tile order band");
+    for (const char* tile : {"sm90ws 64x256x64 wg1 s5", "sm90ws 128x256x64 wg2 s4 c2"}) {
+      RuntimeOptions banded;
+      banded.tile = tile;
+      banded.tile_band = band;
+      Fixture f(make_config(1024, 512, 16, 2, 4, DType::kBF16), 85 + band, banded);
+      INFO("tile_band = " << band << ", " << tile);
+      f.check(1000, 720 + band, "tile order band");
+    }
+  }
+  // CTA pairs with fewer K tiles than stages (I = 64: one K tile in the down GEMM, 4 stages): the
+  // pair's tile hand-over must not depend on the ring to order its slots.
+  for (const char* tile : {"sm90ws 128x256x64 wg2 s4 c2", "sm90ws 128x128x64 wg2 s6 c2"}) {
+    RuntimeOptions options;
+    options.tile = tile;
+    Fixture f(make_config(1024, 64, 16, 1, 4, DType::kBF16), 95, options);
+    INFO(tile << ", I = 64");
+    f.check(2000, 730, tile);
   }
   RuntimeOptions negative;
   negative.tile_band = -1;
