@@ -524,8 +524,8 @@ struct GroupedGemmSm90Ws {
   // acc[4 j + v]: row `row` (+ 8 for v >= 2), column 8 j + 2 (lane % 4) + (v & 1) of the tile;
   // kDown: pairs[half] and weights[half] are the pair and routing weight of row + 8 half.
   static __device__ __forceinline__ void store(const GemmParams& g, const float* acc, int row,
-                                               const int* pairs, const float* weights,
-                                               int n_block, int lane) {
+                                               const int* pairs, const float* weights, int n_block,
+                                               int lane) {
     unsigned* out = reinterpret_cast<unsigned*>(g.out);
     float2* y = reinterpret_cast<float2*>(g.out);
 #pragma unroll

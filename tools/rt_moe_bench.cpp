@@ -63,6 +63,7 @@ struct Options {
   bool launch_timing = true;
   bool profile = false;    // one more forward per T between cuProfilerStart and cuProfilerStop
   std::vector<int> bands;  // also time every T with each RuntimeOptions::tile_band
+  std::vector<std::string> compare_tiles;  // also time every T with each pinned tile
 };
 
 double seconds_since(Clock::time_point start) {
@@ -395,6 +396,29 @@ int bench(const Options& options) {
     std::printf("launch: forward() host time at T=1: %.1f us (median, enqueue only)\n", launch_us);
   }
 
+  // Variants, each on its own runtime (same weights): every tile order band, then every pinned
+  // tile. Timed right after the main runtime at each T, so that the machine's drift over the run
+  // falls on all of them alike.
+  struct Variant {
+    std::string label;
+    std::unique_ptr<MoeRuntime> moe;
+    std::vector<double> ms;  // per T; NaN where the variant cannot serve T's bucket
+  };
+  std::vector<Variant> variants;
+  for (int band : options.bands) {
+    RuntimeOptions band_options = heuristic_options;
+    band_options.tile_band = band;
+    variants.push_back({fmt::format("band {} ms", band), nullptr, {}});
+    variants.back().moe = std::make_unique<MoeRuntime>(config, band_options);
+  }
+  for (const std::string& tile : options.compare_tiles) {
+    RuntimeOptions tile_options = heuristic_options;
+    tile_options.tile = tile;
+    variants.push_back({tile, nullptr, {}});
+    variants.back().moe = std::make_unique<MoeRuntime>(config, tile_options);
+  }
+  for (Variant& v : variants) v.moe->prepare(weights.view());
+
   std::vector<TokenResult> results;
   for (std::int64_t tokens : token_counts) {
     results.push_back(
@@ -405,6 +429,20 @@ int bench(const Options& options) {
                 (long long)config.n_routed_experts, r.first_forward_s, r.checked ? "; check: " : "",
                 r.checked ? r.check.comparison.describe().c_str() : "");
     std::fflush(stdout);
+    for (Variant& v : variants) {
+      double ms = std::nan("");
+      try {
+        ms = bench_tokens(*v.moe, nullptr, tokens, options, hbm, gemm, flush, stream.get()).ms;
+        std::printf("T=%lld %s: %s: %.4f ms\n", (long long)tokens, v.label.c_str(),
+                    v.moe->describe(tokens).c_str(), ms);
+      } catch (const Error& e) {
+        // A pinned tile that is no candidate of T's bucket: named, nothing launched.
+        if (e.code() != ErrorCode::kInvalidArgument) throw;
+        std::printf("T=%lld %s: not run: %s\n", (long long)tokens, v.label.c_str(), e.what());
+      }
+      v.ms.push_back(ms);
+      std::fflush(stdout);
+    }
   }
 
   if (options.tune) {
@@ -425,20 +463,6 @@ int bench(const Options& options) {
     }
   }
 
-  // Each tile order band on its own runtime (same weights), after the main table's runtime.
-  std::vector<std::vector<double>> band_ms;
-  for (int band : options.bands) {
-    RuntimeOptions band_options = heuristic_options;
-    band_options.tile_band = band;
-    MoeRuntime banded(config, band_options);
-    banded.prepare(weights.view());
-    band_ms.emplace_back();
-    for (const TokenResult& r : results) {
-      band_ms.back().push_back(
-          bench_tokens(banded, nullptr, r.tokens, options, hbm, gemm, flush, stream.get()).ms);
-    }
-  }
-
   bool all_pass = true;
   std::printf("\n%8s %10s %10s %9s %9s %10s %11s %10s %9s  %s\n", "T", "ms", "graph ms", "TFLOP/s",
               "GB/s", "floor ms", "time/floor", "tuned ms", "route ms", "check");
@@ -449,14 +473,25 @@ int bench(const Options& options) {
                 tuned.c_str(), r.route_ms, check_cell(r).c_str());
     all_pass = all_pass && (!r.checked || r.check.pass());
   }
-  if (!options.bands.empty()) {
-    std::printf("\n%8s", "T");
-    for (int band : options.bands) std::printf(" %11s", fmt::format("band {} ms", band).c_str());
+  if (!variants.empty()) {
+    // One column per variant (ms; "-" where it could not run), the main runtime's ms first.
+    std::printf("\n%8s %10s", "T", "ms");
+    for (std::size_t j = 0; j < variants.size(); ++j)
+      std::printf(" %11s", fmt::format("[{}]", j + 1).c_str());
     std::printf("\n");
     for (std::size_t i = 0; i < results.size(); ++i) {
-      std::printf("%8lld", (long long)results[i].tokens);
-      for (const std::vector<double>& ms : band_ms) std::printf(" %11.4f", ms[i]);
+      std::printf("%8lld %10.4f", (long long)results[i].tokens, results[i].ms);
+      for (const Variant& v : variants) {
+        if (std::isnan(v.ms[i])) {
+          std::printf(" %11s", "-");
+        } else {
+          std::printf(" %11.4f", v.ms[i]);
+        }
+      }
       std::printf("\n");
+    }
+    for (std::size_t j = 0; j < variants.size(); ++j) {
+      std::printf("[%zu] %s\n", j + 1, variants[j].label.c_str());
     }
   }
 
@@ -551,6 +586,10 @@ int main(int argc, char** argv) {
          "row blocks; comma-separated), each on its own runtime, and print a table")
       ->delimiter(',')
       ->check(CLI::Range(1, 1 << 20));
+  app.add_option("--compare-tile", options.compare_tiles,
+                 "Also time every T with this grouped GEMM tile pinned, on its own runtime (may "
+                 "be given several times), and print a table; a T whose bucket cannot use it "
+                 "shows '-'");
   app.add_option("--tile", options.tile,
                  "Pin the grouped GEMM tile for every T, as the plan column prints it (e.g. "
                  "\"sm90ws 128x256x64 wg2 s4\"); a T whose bucket cannot use it fails");

@@ -74,7 +74,7 @@ int tile_smem_bytes(const GemmTile& t) {
   if (t.swap) return ring + t.stages * 20 + 8 + t.block_m * 8 + 1024;
   // + full/empty barriers, the pairs' tile-ready/free barriers, tile and broadcast slots, slack
   if (t.ws) return ring + 2 * t.stages * 8 + 4 * 8 + t.stages * 4 + 16 + 1024;
-  return t.sm == 90 ? ring + 1024 : ring;           // sm90: slack to align tiles to 1024 bytes
+  return t.sm == 90 ? ring + 1024 : ring;  // sm90: slack to align tiles to 1024 bytes
 }
 
 std::vector<GemmTile> candidate_tiles(const MoeConfig& c, long long max_tokens,

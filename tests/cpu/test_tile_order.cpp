@@ -130,8 +130,8 @@ TEST_CASE("tile order: CTA pairs take units of two row blocks, every unit once",
   const Layout l = layout_of({300, 0, 17, 129, 64}, 64, 1 << 20);
   const int units = (l.num_blocks + 1) / 2;
   for (int tile = 0; tile < units * 7; ++tile) {
-    const BandTile t = band_tile(tile, 7, 1, units, l.block_expert.data(), l.padded_offsets.data(),
-                                 64, 2);
+    const BandTile t =
+        band_tile(tile, 7, 1, units, l.block_expert.data(), l.padded_offsets.data(), 64, 2);
     CHECK(t.m_block == 2 * (tile / 7));
     CHECK(t.n_block == tile % 7);
   }
