@@ -33,7 +33,8 @@ def main():
         sys.exit(f"profile_table.py: {len(ordered)} kernels profiled, expected "
                  f"{len(STAGES)} per forward x {len(tokens)} token counts")
     print(f"{'T':>7} {'stage':>8} {'us':>10} {'DRAM rd GB':>11} {'DRAM wr GB':>11} "
-          f"{'TB/s':>6} {'L2 hit':>7} {'L2 %':>6} {'tensor %':>9} {'L2 rd GB':>10}")
+          f"{'TB/s':>6} {'L2 hit':>7} {'L2 %':>6} {'tensor %':>9} {'L2 rd GB':>10} {'CTAs':>7} "
+          f"{'SM act':>7}")
     for t_index, t in enumerate(tokens):
         total = 0.0
         for s_index, stage in enumerate(STAGES):
@@ -42,6 +43,7 @@ def main():
             if name not in ("rt_moe_" + stage, "rt_moe_entry"):
                 sys.exit(f"profile_table.py: kernel {name} where rt_moe_{stage} was expected")
             ns = m.get("gpu__time_duration.sum", float("nan"))
+            # sm__cycles_active / sm__cycles_elapsed: how much of the kernel its SMs had work.
             rd = m.get("dram__bytes_read.sum", float("nan"))
             wr = m.get("dram__bytes_write.sum", float("nan"))
             total += ns
@@ -50,7 +52,9 @@ def main():
                   f"{m.get('lts__t_sector_hit_rate.pct', float('nan')):>6.1f}% "
                   f"{m.get('lts__throughput.avg.pct_of_peak_sustained_elapsed', float('nan')):>5.1f}% "
                   f"{m.get('sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active', float('nan')):>8.1f}% "
-                  f"{m.get('lts__t_sectors_op_read.sum', float('nan')) * 32 / 1e9:>10.2f}")
+                  f"{m.get('lts__t_sectors_op_read.sum', float('nan')) * 32 / 1e9:>10.2f} "
+                  f"{m.get('launch__grid_size', float('nan')):>7.0f} "
+                  f"{100 * m.get('sm__cycles_active.avg', float('nan')) / m.get('sm__cycles_elapsed.avg', float('nan')):>6.1f}%")
         print(f"{t:>7} {'sum':>8} {total / 1e3:>10.1f}")
 
 

@@ -20,6 +20,11 @@ struct Ceiling {
   double value = 0;       // bytes/s or FLOP/s
   bool measured = false;  // false: REFERENCE.md's value, with `note` saying why
   std::string note;       // how it was measured, or why it was not
+  // GEMM only, a diagnostic: the rate over back-to-back products as long as a prefill forward
+  // (~25 ms), where sustained power may lower the clock; 0 when not measured.
+  double sustained = 0;
+  int sustained_count = 0;
+  double sustained_ms = 0;
 };
 
 // Median over `iters` passes of a read of a >= 2 GiB buffer, after warm-up. With `bytes` > 0:
