@@ -530,7 +530,7 @@ struct GroupedGemmSm90Ws {
                                                const int* pairs, const float* weights, int n_block,
                                                int lane) {
     unsigned* out = reinterpret_cast<unsigned*>(g.out);
-    float* y = reinterpret_cast<float*>(g.out);
+    float2* y = reinterpret_cast<float2*>(g.out);
 #pragma unroll
     for (int half = 0; half < 2; ++half, row += 8) {
       if (MODE == kGateUp) {
@@ -546,38 +546,18 @@ struct GroupedGemmSm90Ws {
         }
       } else {
         const int pair = pairs[half];
-        const float weight = weights[half];
-        // Streaming stores (evict-first): y is read once, by the combine, and should not push the
-        // weight and h tiles that other blocks still read out of L2.
-        if constexpr (CONSUMERS < 3) {
-          // Lanes q and q ^ 1 (q = lane % 4) of a row hold columns 2 q and 2 q + 1 of every
-          // 8-column group; one exchange per value leaves the even lane four columns of group
-          // 2 m and the odd lane four of group 2 m + 1, so that each store is 16 bytes and a
-          // quad writes 64 contiguous bytes of its row (half the store instructions). The
-          // partners share a row, so the exchange happens outside the row's test. (Three
-          // consumers, 128 registers at the cap, spill with it: 8-byte stores below.)
-          const bool odd = (lane & 1) != 0;
-#pragma unroll
-          for (int m = 0; m < BLOCK_N / 16; ++m) {
-            const int v0 = 8 * m + half * 2, v1 = v0 + 4;  // groups 2 m and 2 m + 1 of this row
-            const float got0 = __shfl_xor_sync(0xffffffffu, odd ? acc[v0] : acc[v1], 1);
-            const float got1 = __shfl_xor_sync(0xffffffffu, odd ? acc[v0 + 1] : acc[v1 + 1], 1);
-            const int col = n_block * kOutCols + (2 * m + (odd ? 1 : 0)) * 8 + (lane & 2) * 2;
-            if (pair >= 0 && col < H) {
-              const float4 value = odd ? make_float4(got0, got1, acc[v1], acc[v1 + 1])
-                                       : make_float4(acc[v0], acc[v0 + 1], got0, got1);
-              __stcs(reinterpret_cast<float4*>(y) + ((long long)pair * H + col) / 4,
-                     make_float4(value.x * weight, value.y * weight, value.z * weight,
-                                 value.w * weight));
-            }
-          }
-        } else if (pair >= 0) {
+        if (pair >= 0) {
+          const float weight = weights[half];
 #pragma unroll
           for (int j = 0; j < BLOCK_N / 8; ++j) {
             const int col = n_block * kOutCols + j * 8 + (lane % 4) * 2;
             if (col < H) {
+              // Streaming (evict-first): y is read once, by the combine, and should not push
+              // the weight and h tiles that other blocks still read out of L2. (16-byte stores
+              // after an exchange between lane pairs measured 2% slower end to end at T = 16384
+              // on the H200, the down GEMM 4% slower by ncu: docs/PERF.md.)
               __stcs(
-                  reinterpret_cast<float2*>(y) + ((long long)pair * H + col) / 2,
+                  &y[((long long)pair * H + col) / 2],
                   make_float2(acc[4 * j + half * 2] * weight, acc[4 * j + half * 2 + 1] * weight));
             }
           }

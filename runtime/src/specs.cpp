@@ -109,7 +109,11 @@ std::vector<GemmTile> candidate_tiles(const MoeConfig& c, long long max_tokens,
                                // block, its MMAs as wide as its rows rounded up to 16.
                                swap_tile(128, 4),
                                swap_tile(144, 4),
-                               swap_tile(160, 4)});
+                               swap_tile(160, 4),
+                               // Few rows an expert (DeepSeek-V3 at T = 512: ~18): narrow token
+                               // tiles leave room for 5-6 stages of weights in flight.
+                               swap_tile(32, 6),
+                               swap_tile(64, 5)});
   }
   // The GEMV re-reads the weights (from L2) for every row block of an expert: a candidate while
   // the average expert fills one or two blocks.
@@ -145,9 +149,11 @@ GemmTile default_tile(const MoeConfig& c, long long max_tokens, const std::strin
   // or lost 10% (gpumode, 5 experts: 320 blocks for 264 slots) to the 16x128 tile.
   if (max_tokens <= 1) return {16, 128, 64, 1, 4, 4};
   if (rows <= 16) return {16, 64, 64, 1, 4, 8};
-  // 17-64 rows: still weight-bound; the TMA ring keeps 5 x 40 KB of weights in flight per SM
-  // (DeepSeek-V3 T = 512 on the H200: 5.58 ms against 6.10 for sm80 32x128, docs/PERF.md).
-  if (rows <= 64 && has_tma_path(c, arch)) return {64, 256, 64, 1, 1, 5, 90, true};
+  // 17-64 rows: still weight-bound; the swapped tile of 64 token rows keeps 5 x 32 KB of weights
+  // in flight per SM and multiplies only the block's rows rounded up to 16 (DeepSeek-V3 on the
+  // H200, same call: T = 512 5.378 ms against 5.477 for sm90ws 64x256 s5, T = 1024 5.561 against
+  // 5.631; gpumode T = 512, ~78 rows, tied; docs/PERF.md).
+  if (rows <= 64 && has_tma_path(c, arch)) return swap_tile(64, 5);
   if (rows <= 32) return {32, 128, 64, 2, 2, 4};
   if (rows <= 64) return {64, 128, 64, 2, 2, 4};
   // 129-256 rows: tokens as the MMA's N, one or two blocks an expert, each weight tile streamed

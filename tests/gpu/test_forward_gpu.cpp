@@ -208,7 +208,8 @@ TEST_CASE("every TMA warp-specialized tile matches the reference (S = 0 and 2, b
       "sm90ws 64x256x64 wg1 s5",  "sm90ws 128x128x64 wg2 s6",    "sm90ws 128x256x64 wg2 s3",
       "sm90ws 128x256x64 wg2 s4", "sm90ws 128x128x64 wg2 s6 c2", "sm90ws 128x256x64 wg2 s4 c2",
       "sm90ws 192x192x64 wg3 s4", "sm90ws 192x128x64 wg3 s5",    "sm90swap 128x256x64 s4",
-      "sm90swap 144x256x64 s4",   "sm90swap 160x256x64 s4"};
+      "sm90swap 144x256x64 s4",   "sm90swap 160x256x64 s4",      "sm90swap 32x256x64 s6",
+      "sm90swap 64x256x64 s5"};
   for (std::int64_t shared : {0, 2}) {
     for (int d = 0; d < 2; ++d) {
       for (const char* tile : tiles) {
