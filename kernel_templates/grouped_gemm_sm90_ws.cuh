@@ -67,15 +67,24 @@ __device__ __forceinline__ void mbarrier_arrive_expect_tx(unsigned bar, unsigned
 __device__ __forceinline__ void mbarrier_arrive_on_cp_async(unsigned bar) {
   asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(bar) : "memory");
 }
-// Waits until the phase of parity `parity` has completed.
+// Spins on mbarrier.try_wait.parity`SEM` until the phase of parity `parity` of `bar` completed.
+#define RT_MOE_MBARRIER_WAIT(SEM, bar, parity) \
+  asm volatile(                                \
+      "{\n.reg .pred done;\nwait:\n"           \
+      "mbarrier.try_wait.parity" SEM           \
+      ".shared::cta.b64 done, [%0], %1;\n"     \
+      "@!done bra wait;\n}\n" ::"r"(bar),      \
+      "r"(parity)                              \
+      : "memory")
+// Waits until the phase of parity `parity` has completed (acquire at CTA scope).
 __device__ __forceinline__ void mbarrier_wait(unsigned bar, unsigned parity) {
-  asm volatile(
-      "{\n.reg .pred done;\nwait:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-      "@!done bra wait;\n}\n" ::"r"(bar),
-      "r"(parity)
-      : "memory");
+  RT_MOE_MBARRIER_WAIT("", bar, parity);
 }
+// The same with cluster-scope acquire: for a phase completed by another CTA's release.
+__device__ __forceinline__ void mbarrier_wait_cluster(unsigned bar, unsigned parity) {
+  RT_MOE_MBARRIER_WAIT(".acquire.cluster", bar, parity);
+}
+#undef RT_MOE_MBARRIER_WAIT
 
 // 2-D tile copy global -> shared through a tensor map (a __grid_constant__ parameter), completing
 // on `bar` with the box's bytes. (x, y) = (inner element, row) of the box's first element.
@@ -96,16 +105,6 @@ __device__ __forceinline__ void tma_load_2d_multicast(unsigned dst, const Tensor
       "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
       ".multicast::cluster [%0], [%1, {%2, %3}], [%4], %5;" ::"r"(dst),
       "l"(map), "r"(x), "r"(y), "r"(bar), "h"(mask)
-      : "memory");
-}
-
-// mbarrier_wait with cluster-scope acquire: for a phase completed by another CTA's release.
-__device__ __forceinline__ void mbarrier_wait_cluster(unsigned bar, unsigned parity) {
-  asm volatile(
-      "{\n.reg .pred done;\nwait:\n"
-      "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [%0], %1;\n"
-      "@!done bra wait;\n}\n" ::"r"(bar),
-      "r"(parity)
       : "memory");
 }
 
