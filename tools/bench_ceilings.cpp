@@ -180,13 +180,13 @@ Ceiling measure_gemm_rate(DType dtype, CUstream stream, int iters) {
   if (status != CUBLAS_STATUS_SUCCESS) {
     return reference_gemm(dtype, fmt::format("cublasGemmEx failed with status {}", int(status)));
   }
+  const double flops = 2.0 * kGemmSize * double(kGemmSize) * kGemmSize;  // one product
   Ceiling ceiling;
-  ceiling.value = 2.0 * kGemmSize * double(kGemmSize) * kGemmSize / (ms * 1e-3);
+  ceiling.value = flops / (ms * 1e-3);
   ceiling.measured = true;
   ceiling.sustained_count = kSustained;
   ceiling.sustained_ms = sustained_ms;
-  ceiling.sustained =
-      kSustained * 2.0 * kGemmSize * double(kGemmSize) * kGemmSize / (sustained_ms * 1e-3);
+  ceiling.sustained = kSustained * flops / (sustained_ms * 1e-3);
   ceiling.note = fmt::format("cublasGemmEx {}^3 {} (fp32 accumulate) from {}, median of {}",
                              kGemmSize, to_string(dtype), cublas.library, iters);
   return ceiling;

@@ -412,19 +412,21 @@ int bench(const Options& options) {
     std::vector<double> ms;  // per T; NaN where the variant cannot serve T's bucket
   };
   std::vector<Variant> variants;
+  auto add_variant = [&](std::string label, const RuntimeOptions& variant_options) {
+    variants.push_back(
+        {std::move(label), std::make_unique<MoeRuntime>(config, variant_options), {}});
+    variants.back().moe->prepare(weights.view());
+  };
   for (int band : options.bands) {
     RuntimeOptions band_options = heuristic_options;
     band_options.tile_band = band;
-    variants.push_back({fmt::format("band {} ms", band), nullptr, {}});
-    variants.back().moe = std::make_unique<MoeRuntime>(config, band_options);
+    add_variant(fmt::format("band {} ms", band), band_options);
   }
   for (const std::string& tile : options.compare_tiles) {
     RuntimeOptions tile_options = heuristic_options;
     tile_options.tile = tile;
-    variants.push_back({tile, nullptr, {}});
-    variants.back().moe = std::make_unique<MoeRuntime>(config, tile_options);
+    add_variant(tile, tile_options);
   }
-  for (Variant& v : variants) v.moe->prepare(weights.view());
 
   std::vector<TokenResult> results;
   for (std::int64_t tokens : token_counts) {
