@@ -481,6 +481,20 @@ struct GroupedGemmSm90Ws {
       const int m0 = t.m_block * BLOCK_M + group * 64;  // this warpgroup's first row
       // Padding rows are the tail of an expert's range: all 64 are padding when the first is.
       const bool active = t.exists && g.sorted_rows[m0] >= 0;
+      // kDown: the pairs and routing weights of this thread's two rows, loaded before the MMAs so
+      // that their latency hides under them, not in front of the stores; with three consumers
+      // (152 registers) after them, as four more live registers would spill.
+      const int row = m0 + warp_in_group * 16 + lane / 4;
+      int pairs[2] = {-1, -1};
+      float weights[2] = {0.f, 0.f};
+      auto load_pairs = [&] {
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          pairs[half] = g.sorted_rows[row + 8 * half];
+          if (pairs[half] >= 0) weights[half] = pair_weight<K, kSlots>(g, pairs[half]);
+        }
+      };
+      if (MODE == kDown && active && CONSUMERS < 3) load_pairs();
       int release = -1;
       for (int kt = 0; kt < kTiles; ++kt) {
         if (kt > 0) mbarrier_wait(full + 8 * stage, phase);
@@ -504,13 +518,16 @@ struct GroupedGemmSm90Ws {
       }
       wgmma_wait<0>();
       release_stage(release);
-      if (active) store(g, acc, m0 + warp_in_group * 16 + lane / 4, n_block, lane);
+      if (MODE == kDown && active && CONSUMERS == 3) load_pairs();
+      if (active) store(g, acc, row, pairs, weights, n_block, lane);
     }
   }
 
-  // acc[4 j + v]: row `row` (+ 8 for v >= 2), column 8 j + 2 (lane % 4) + (v & 1) of the tile.
+  // acc[4 j + v]: row `row` (+ 8 for v >= 2), column 8 j + 2 (lane % 4) + (v & 1) of the tile;
+  // kDown: pairs[half] and weights[half] are the pair and routing weight of row + 8 half.
   static __device__ __forceinline__ void store(const GemmParams& g, const float* acc, int row,
-                                               int n_block, int lane) {
+                                               const int* pairs, const float* weights, int n_block,
+                                               int lane) {
     unsigned* out = reinterpret_cast<unsigned*>(g.out);
     float2* y = reinterpret_cast<float2*>(g.out);
 #pragma unroll
@@ -527,9 +544,9 @@ struct GroupedGemmSm90Ws {
           }
         }
       } else {
-        const int pair = g.sorted_rows[row];
+        const int pair = pairs[half];
         if (pair >= 0) {
-          const float weight = pair_weight<K, kSlots>(g, pair);
+          const float weight = weights[half];
 #pragma unroll
           for (int j = 0; j < BLOCK_N / 8; ++j) {
             const int col = n_block * kOutCols + j * 8 + (lane % 4) * 2;
