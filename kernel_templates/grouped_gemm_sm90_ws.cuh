@@ -129,11 +129,24 @@ __device__ __forceinline__ void cluster_sync() {
       "barrier.cluster.wait.acquire.aligned;" ::
           : "memory");
 }
-// One arrival on the barrier at the same offset in the shared memory of CTA `rank`.
+// One arrival on the barrier at the same offset in the shared memory of CTA `rank`, a release at
+// cluster scope: what this thread wrote before it, in either CTA's shared memory, is visible to a
+// thread of CTA `rank` that waits on the barrier with a cluster-scope acquire (the tile mailbox).
 __device__ __forceinline__ void mbarrier_arrive_remote(unsigned bar, unsigned rank) {
   asm volatile(
       "{\n.reg .b32 remote;\nmapa.shared::cluster.u32 remote, %0, %1;\n"
       "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n}" ::"r"(bar),
+      "r"(rank)
+      : "memory");
+}
+// The same arrival with the default CTA-scope release, for a stage's `empty` barrier: it only
+// tells the other CTA's producer that this CTA's reads of the stage (by wgmma, retired before) are
+// done, and what that producer does next is a TMA write. A cluster-scope release is a memory fence
+// on every K tile of every consumer warp.
+__device__ __forceinline__ void mbarrier_arrive_remote_cta(unsigned bar, unsigned rank) {
+  asm volatile(
+      "{\n.reg .b32 remote;\nmapa.shared::cluster.u32 remote, %0, %1;\n"
+      "mbarrier.arrive.shared::cluster.b64 _, [remote];\n}" ::"r"(bar),
       "r"(rank)
       : "memory");
 }
@@ -464,7 +477,7 @@ struct GroupedGemmSm90Ws {
       __syncwarp();
       if (lane != 0) return;
       mbarrier_arrive(empty + 8 * s);
-      if (CLUSTER == 2) mbarrier_arrive_remote(empty + 8 * s, rank ^ 1);
+      if (CLUSTER == 2) mbarrier_arrive_remote_cta(empty + 8 * s, rank ^ 1);
     };
     for (;;) {
       // The tile comes with its first stage.
@@ -481,20 +494,6 @@ struct GroupedGemmSm90Ws {
       const int m0 = t.m_block * BLOCK_M + group * 64;  // this warpgroup's first row
       // Padding rows are the tail of an expert's range: all 64 are padding when the first is.
       const bool active = t.exists && g.sorted_rows[m0] >= 0;
-      // kDown: the pairs and routing weights of this thread's two rows, loaded before the MMAs so
-      // that their latency hides under them, not in front of the stores; with three consumers
-      // (152 registers) after them, as four more live registers would spill.
-      const int row = m0 + warp_in_group * 16 + lane / 4;
-      int pairs[2] = {-1, -1};
-      float weights[2] = {0.f, 0.f};
-      auto load_pairs = [&] {
-#pragma unroll
-        for (int half = 0; half < 2; ++half) {
-          pairs[half] = g.sorted_rows[row + 8 * half];
-          if (pairs[half] >= 0) weights[half] = pair_weight<K, kSlots>(g, pairs[half]);
-        }
-      };
-      if (MODE == kDown && active && CONSUMERS < 3) load_pairs();
       int release = -1;
       for (int kt = 0; kt < kTiles; ++kt) {
         if (kt > 0) mbarrier_wait(full + 8 * stage, phase);
@@ -518,16 +517,13 @@ struct GroupedGemmSm90Ws {
       }
       wgmma_wait<0>();
       release_stage(release);
-      if (MODE == kDown && active && CONSUMERS == 3) load_pairs();
-      if (active) store(g, acc, row, pairs, weights, n_block, lane);
+      if (active) store(g, acc, m0 + warp_in_group * 16 + lane / 4, n_block, lane);
     }
   }
 
-  // acc[4 j + v]: row `row` (+ 8 for v >= 2), column 8 j + 2 (lane % 4) + (v & 1) of the tile;
-  // kDown: pairs[half] and weights[half] are the pair and routing weight of row + 8 half.
+  // acc[4 j + v]: row `row` (+ 8 for v >= 2), column 8 j + 2 (lane % 4) + (v & 1) of the tile.
   static __device__ __forceinline__ void store(const GemmParams& g, const float* acc, int row,
-                                               const int* pairs, const float* weights, int n_block,
-                                               int lane) {
+                                               int n_block, int lane) {
     unsigned* out = reinterpret_cast<unsigned*>(g.out);
     float2* y = reinterpret_cast<float2*>(g.out);
 #pragma unroll
@@ -544,9 +540,9 @@ struct GroupedGemmSm90Ws {
           }
         }
       } else {
-        const int pair = pairs[half];
+        const int pair = g.sorted_rows[row];
         if (pair >= 0) {
-          const float weight = weights[half];
+          const float weight = pair_weight<K, kSlots>(g, pair);
 #pragma unroll
           for (int j = 0; j < BLOCK_N / 8; ++j) {
             const int col = n_block * kOutCols + j * 8 + (lane % 4) * 2;

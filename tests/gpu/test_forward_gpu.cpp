@@ -297,6 +297,22 @@ TEST_CASE("every TMA warp-specialized tile matches the reference (S = 0 and 2, b
   }
 }
 
+// The CTA pairs' hand-overs (the tile mailbox, the stages released in both CTAs) for
+// compute-sanitizer's racecheck and synccheck, on shapes small enough to run under it; hidden, as
+// the case above checks the same tiles. Run it by name:
+//   compute-sanitizer --tool racecheck rt_moe_gpu_tests "CTA pairs on small shapes*"
+TEST_CASE("CTA pairs on small shapes, for compute-sanitizer", "[.sanitizer]") {
+  for (const char* tile : {"sm90ws 128x256x64 wg2 s4 c2", "sm90ws 128x128x64 wg2 s6 c2"}) {
+    for (std::int64_t expert : {128, 512}) {
+      RuntimeOptions options;
+      options.tile = tile;
+      Fixture f(make_config(512, expert, 16, 1, 4, DType::kBF16), 97, options);
+      INFO(tile << ", I = " << expert);
+      f.check(600, 740, tile);
+    }
+  }
+}
+
 TEST_CASE("every decode GEMV tile matches the reference (odd shapes, S = 0 and 2, bf16 and fp16)",
           "[forward]") {
   // Pinned tiles: 8 and 16 token rows a block (one or two n tiles), 4 and 8 warps splitting K,
