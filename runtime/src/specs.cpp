@@ -166,10 +166,24 @@ GemmTile default_tile(const MoeConfig& c, long long max_tokens, const std::strin
 }
 
 GemmTile router_tile(const MoeConfig& c, long long max_tokens) {
-  (void)c;
   if (max_tokens < kRouterMmaMinTokens) return {0, 0, 0, 0, 0, 0};
-  if (max_tokens <= 1024) return {64, 128, 64, 2, 2, 4};
-  return {128, 128, 64, 2, 4, 3};
+  // A skinny GEMM (N = E, K = H): every block walks all of K, one stage of loads in flight per
+  // STAGES-th of its K loop, so the gating GEMM takes about one block's K loop once there are
+  // blocks enough for the GPU. Columns: E rounded up to 32, 64 or 128 (no block of 96 idle
+  // columns for E = 32); rows: the tallest block, from 128 down to 16, that still makes
+  // kRouterMinBlocks blocks. (With 128 x 128 blocks, gpumode's gating GEMM at T = 8192 ran 64
+  // blocks for 91 us on the H200, at T = 2048 16 blocks.) Stages: up to 96 KB of loads in flight.
+  const long long experts = c.n_routed_experts;
+  const int block_n = experts <= 32 ? 32 : experts <= 64 ? 64 : 128;
+  const long long col_blocks = (experts + block_n - 1) / block_n;
+  int block_m = 128;
+  while (block_m > 16 && (max_tokens + block_m - 1) / block_m * col_blocks < kRouterMinBlocks) {
+    block_m /= 2;
+  }
+  const int stage_bytes = (block_m + block_n) * 64 * 2;
+  const int stages = std::clamp(96 * 1024 / stage_bytes, 3, 8);
+  // Warps of 16 or more rows and 16 or more columns each (mma m16n8k16, ldmatrix.x4 of B).
+  return {block_m, block_n, 64, block_m == 16 ? 1 : 2, block_n == 128 ? 4 : 2, stages};
 }
 
 KernelSpec router_spec(const MoeConfig& c, const GemmTile& tile) {

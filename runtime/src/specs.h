@@ -57,6 +57,8 @@ GemmTile default_tile(const MoeConfig& config, long long max_tokens, const std::
 // from this many tokens on, where the CUDA-core version would reread x and the router from L2 tens
 // of times.
 inline constexpr long long kRouterMmaMinTokens = 128;
+// Blocks the tensor-core gating GEMM aims for (about two an SM on a 132-SM H200).
+inline constexpr long long kRouterMinBlocks = 256;
 // The tile of the tensor-core gating GEMM for a bucket, or block_m == 0 for the CUDA-core kernel.
 GemmTile router_tile(const MoeConfig& config, long long max_tokens);
 
