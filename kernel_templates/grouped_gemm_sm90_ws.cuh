@@ -129,27 +129,28 @@ __device__ __forceinline__ void cluster_sync() {
       "barrier.cluster.wait.acquire.aligned;" ::
           : "memory");
 }
-// One arrival on the barrier at the same offset in the shared memory of CTA `rank`, a release at
-// cluster scope: what this thread wrote before it, in either CTA's shared memory, is visible to a
-// thread of CTA `rank` that waits on the barrier with a cluster-scope acquire (the tile mailbox).
+// One arrival on the barrier at the same offset in the shared memory of CTA `rank`, with the
+// memory semantics SEM ("" is the default, a CTA-scope release).
+#define RT_MOE_MBARRIER_ARRIVE_REMOTE(SEM, bar, rank)                          \
+  asm volatile(                                                                \
+      "{\n.reg .b32 remote;\nmapa.shared::cluster.u32 remote, %0, %1;\n"       \
+      "mbarrier.arrive" SEM ".shared::cluster.b64 _, [remote];\n}" ::"r"(bar), \
+      "r"(rank)                                                                \
+      : "memory")
+// A release at cluster scope: what this thread wrote before it, in either CTA's shared memory, is
+// visible to a thread of CTA `rank` that waits on the barrier with a cluster-scope acquire (the
+// tile mailbox).
 __device__ __forceinline__ void mbarrier_arrive_remote(unsigned bar, unsigned rank) {
-  asm volatile(
-      "{\n.reg .b32 remote;\nmapa.shared::cluster.u32 remote, %0, %1;\n"
-      "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n}" ::"r"(bar),
-      "r"(rank)
-      : "memory");
+  RT_MOE_MBARRIER_ARRIVE_REMOTE(".release.cluster", bar, rank);
 }
-// The same arrival with the default CTA-scope release, for a stage's `empty` barrier: it only
-// tells the other CTA's producer that this CTA's reads of the stage (by wgmma, retired before) are
-// done, and what that producer does next is a TMA write. A cluster-scope release is a memory fence
-// on every K tile of every consumer warp.
+// The default CTA-scope release, for a stage's `empty` barrier: it only tells the other CTA's
+// producer that this CTA's reads of the stage (by wgmma, retired before) are done, and what that
+// producer does next is a TMA write. A cluster-scope release is a memory fence on every K tile of
+// every consumer warp.
 __device__ __forceinline__ void mbarrier_arrive_remote_cta(unsigned bar, unsigned rank) {
-  asm volatile(
-      "{\n.reg .b32 remote;\nmapa.shared::cluster.u32 remote, %0, %1;\n"
-      "mbarrier.arrive.shared::cluster.b64 _, [remote];\n}" ::"r"(bar),
-      "r"(rank)
-      : "memory");
+  RT_MOE_MBARRIER_ARRIVE_REMOTE("", bar, rank);
 }
+#undef RT_MOE_MBARRIER_ARRIVE_REMOTE
 
 // bar.sync on named barrier ID among THREADS threads (whole warps).
 template <int ID, int THREADS>
