@@ -41,6 +41,39 @@ TEST_CASE("routing: Topk and the router kernels compile for sm_90a for every pre
   }
 }
 
+TEST_CASE("routing: the tensor-core router's tile covers the experts, fills the GPU and compiles",
+          "[nvrtc]") {
+  for (const std::string& name : preset_names()) {
+    const MoeConfig c = preset(name).moe;
+    const long long E = c.n_routed_experts;
+    std::set<std::string> compiled;
+    for (long long T : {1LL, 127LL, 128LL, 512LL, 1024LL, 2048LL, 4096LL, 8192LL, 16384LL}) {
+      const GemmTile t = router_tile(c, T);
+      INFO(name << ", T = " << T << ": " << t.describe());
+      if (T < kRouterMmaMinTokens) {
+        CHECK(t.block_m == 0);  // the CUDA-core router
+        continue;
+      }
+      // Columns: E rounded up to 32, 64 or 128 (wider routers take several column blocks).
+      const int want_n = E <= 32 ? 32 : E <= 64 ? 64 : 128;
+      CHECK(t.block_n == want_n);
+      // Rows: the tallest of 128, 64, 32, 16 that makes kRouterMinBlocks blocks, else 16.
+      const long long cols = (E + t.block_n - 1) / t.block_n;
+      auto blocks = [&](long long rows) { return (T + rows - 1) / rows * cols; };
+      CHECK((t.block_m == 16 || blocks(t.block_m) >= kRouterMinBlocks));
+      CHECK((t.block_m == 128 || blocks(2 * t.block_m) < kRouterMinBlocks));
+      // Warps of whole m16 fragments and ldmatrix.x4 column pairs; 3 to 8 stages of <= 96 KB.
+      CHECK(t.block_m % (16 * t.warps_m) == 0);
+      CHECK(t.block_n % (16 * t.warps_n) == 0);
+      CHECK(t.stages >= 3);
+      CHECK(t.stages <= 8);
+      CHECK((t.stages == 3 || t.stages * (t.block_m + t.block_n) * 64 * 2 <= 96 * 1024));
+      const KernelSpec spec = router_spec(c, t);
+      if (compiled.insert(spec.name()).second) CHECK(is_elf(compile_for_sm90a(spec)));
+    }
+  }
+}
+
 TEST_CASE("routing: the Topk instance spells every knob, and equivalent configs share one",
           "[nvrtc]") {
   const MoeConfig v3 = preset("deepseek-v3").moe;
