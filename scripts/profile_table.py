@@ -43,7 +43,6 @@ def main():
             if name not in ("rt_moe_" + stage, "rt_moe_entry"):
                 sys.exit(f"profile_table.py: kernel {name} where rt_moe_{stage} was expected")
             ns = m.get("gpu__time_duration.sum", float("nan"))
-            # sm__cycles_active / sm__cycles_elapsed: how much of the kernel its SMs had work.
             rd = m.get("dram__bytes_read.sum", float("nan"))
             wr = m.get("dram__bytes_write.sum", float("nan"))
             total += ns
@@ -54,6 +53,7 @@ def main():
                   f"{m.get('sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active', float('nan')):>8.1f}% "
                   f"{m.get('lts__t_sectors_op_read.sum', float('nan')) * 32 / 1e9:>10.2f} "
                   f"{m.get('launch__grid_size', float('nan')):>7.0f} "
+                  # sm__cycles_active / sm__cycles_elapsed: how much of the kernel its SMs had work.
                   f"{100 * m.get('sm__cycles_active.avg', float('nan')) / m.get('sm__cycles_elapsed.avg', float('nan')):>6.1f}% "
                   # The SM clock the kernel ran at: elapsed cycles per nanosecond. At the 700 W
                   # limit the H200 runs the prefill GEMMs well below its 1.98 GHz boost.
