@@ -192,10 +192,23 @@ Ceiling measure_gemm_rate(DType dtype, CUstream stream, int iters) {
   return ceiling;
 }
 
-L2Flush::L2Flush() : scratch_(std::size_t(256) << 20) {}
+L2Flush::L2Flush(CUcontext context, const std::string& arch, const driver::DeviceInfo& device)
+    : kernels_(context, arch), scratch_(std::size_t(256) << 20) {
+  kernel_ = &kernels_.get(read_spec());
+  int blocks_per_sm = 0;
+  RT_MOE_CALL(cuOccupancyMaxActiveBlocksPerMultiprocessor, &blocks_per_sm, kernel_->function,
+              kernel_->threads, std::size_t(kernel_->smem_bytes));
+  blocks_ = unsigned(std::max(1, blocks_per_sm) * device.sm_count);
+  block_sums_ = driver::DeviceBuffer(blocks_ * sizeof(unsigned));
+  // Written once, so the reads below are of defined bytes.
+  RT_MOE_CALL(cuMemsetD32Async, scratch_.get(), 0x3f803f80u, scratch_.bytes() / 4, nullptr);
+  RT_MOE_CALL(cuCtxSynchronize);
+}
 
 void L2Flush::operator()(CUstream stream) {
-  RT_MOE_CALL(cuMemsetD8Async, scratch_.get(), ++value_, scratch_.bytes(), stream);
+  const ReadParams params{scratch_.as<const void>(), (long long)(scratch_.bytes() / 16),
+                          block_sums_.as<unsigned>()};
+  launch(*kernel_, {blocks_}, params, stream);
 }
 
 }  // namespace rt_moe::tools

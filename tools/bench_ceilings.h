@@ -37,15 +37,21 @@ Ceiling measure_hbm_read(KernelCache& kernels, const driver::DeviceInfo& device,
 // after warm-up. Without a loadable cuBLAS: REFERENCE.md's H200 value, measured = false.
 Ceiling measure_gemm_rate(DType dtype, CUstream stream, int iters = 10);
 
-// Writes a scratch buffer larger than L2 (256 MiB) on `stream`, evicting what the last run left.
+// Evicts what the last run left in L2 by reading a scratch buffer 5x its size (256 MiB) on
+// `stream`, with the read kernel of the HBM ceiling. A read, not a write: a write leaves L2 full
+// of dirty lines, whose write-back the next timed run would pay (up to the L2's 50 MB of DRAM
+// writes), where the read ceiling, measured back to back with no flush, pays none.
 class L2Flush {
  public:
-  L2Flush();
+  L2Flush(CUcontext context, const std::string& arch, const driver::DeviceInfo& device);
   void operator()(CUstream stream);
 
  private:
+  KernelCache kernels_;
+  const Kernel* kernel_ = nullptr;
   driver::DeviceBuffer scratch_;
-  unsigned char value_ = 0;
+  driver::DeviceBuffer block_sums_;
+  unsigned blocks_ = 0;
 };
 
 double median(std::vector<double> values);

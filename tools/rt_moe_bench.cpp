@@ -391,7 +391,7 @@ int bench(const Options& options) {
   heuristic_options.tile = options.tile;
   MoeRuntime moe(config, heuristic_options);
   moe.prepare(weights.view());
-  L2Flush flush;
+  L2Flush flush(context, arch, device);
 
   double launch_us = 0;
   // At T = 1 (a pinned tile need not serve that bucket).
