@@ -158,6 +158,24 @@ __device__ __forceinline__ void cp_async_16(unsigned dst, const void* src, bool 
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src),
                "r"(src_bytes));
 }
+// The same copy with an L2 eviction policy from l2_evict_first_policy() (or createpolicy).
+__device__ __forceinline__ void cp_async_16_hint(unsigned dst, const void* src, bool valid,
+                                                 unsigned long long policy) {
+  int src_bytes = valid ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;" ::"r"(dst),
+               "l"(src), "r"(src_bytes), "l"(policy));
+}
+// An L2 policy for data read once: its lines are the first to go when L2 needs room, so a stream
+// of them does not evict what other blocks will still read.
+__device__ __forceinline__ unsigned long long l2_evict_first_policy() {
+  unsigned long long policy;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+  return policy;
+}
+// Asks L2 to fetch the 128-byte line holding `p` (no register, no wait).
+__device__ __forceinline__ void prefetch_l2(const void* p) {
+  asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
 template <int N>
 __device__ __forceinline__ void cp_async_wait() {

@@ -50,8 +50,26 @@ struct GroupedGemmSm80 {
     return Loader::swizzle(row, chunk);
   }
 
+  // Lines [0, shared_prefetch / 128) of every shared expert gate and up row (S I rows of each,
+  // contiguous from chunk 0's), first lines first, spread over all the grid's threads. Read only
+  // the experts table, written at prepare(), and weights: no other kernel of the forward writes
+  // them, so this may run before the dependency wait, while the routing kernels run.
+  static __device__ void prefetch_shared(const GemmParams& p) {
+    const int lines = p.shared_prefetch / 128;
+    const long long rows = 2LL * S * I, total = rows * lines;
+    const ExpertWeights w = p.experts[E];
+    const long long threads = (long long)gridDim.x * gridDim.y * kThreads;
+    for (long long i = ((long long)blockIdx.y * gridDim.x + blockIdx.x) * kThreads + threadIdx.x;
+         i < total; i += threads) {
+      const long long row = i % rows, line = i / rows;
+      const char* base = static_cast<const char*>(row < (long long)S * I ? w.gate : w.up);
+      prefetch_l2(base + (row % ((long long)S * I)) * H * 2 + line * 128);
+    }
+  }
+
   static __device__ void run(const GemmParams& p) {
     grid_dependency_trigger();  // the next kernel may launch now; it waits for this one
+    if (MODE == kGateUp && S > 0 && p.shared_prefetch > 0) prefetch_shared(p);
     grid_dependency_wait();
     extern __shared__ __align__(128) unsigned char smem[];
     const int block_m = blockIdx.x;

@@ -65,6 +65,10 @@ struct GemmParams {
   const int* expert_counts;      // (E) routed pairs per expert (the shared chunks have T rows)
   int tokens;
   int round_logits;  // router only: 1 rounds the logits to the dtype, 0 keeps fp32
+  // gate/up of the mma.sync path only: bytes of the start (in K) of every shared expert gate and
+  // up row that the blocks prefetch into L2 before they wait for the routing (0: none). The host
+  // sets it only when the whole grid is resident at once, so the prefetch overlaps the routing.
+  int shared_prefetch;
 };
 
 // A CUDA tensor map (CUtensorMap: 128 opaque bytes, 128-byte aligned as in cuda.h), encoded on the

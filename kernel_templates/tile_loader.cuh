@@ -58,12 +58,19 @@ struct TileLoader {
   const unsigned short* fallback;  // a valid address for the zero-filling copies
   int tid;
   int chunk;
+  // Every expert's rows fit one row block (tokens <= BLOCK_M): each weight tile is read by one
+  // block, once, so its loads carry an evict-first L2 policy and do not push out of L2 what other
+  // blocks still read (x rows, the shared expert's prefetched rows).
+  bool weights_once;
+  unsigned long long policy;
 
   __device__ __forceinline__ TileLoader(const GemmParams& p, const ExpertWeights& w, int m0,
                                         int thread)
       : fallback(reinterpret_cast<const unsigned short*>(p.a)),
         tid(thread),
-        chunk(thread % kChunksPerRow) {
+        chunk(thread % kChunksPerRow),
+        weights_once(MODE != kRouter && p.tokens <= BLOCK_M),
+        policy(weights_once ? l2_evict_first_policy() : 0) {
 #pragma unroll
     for (int j = 0; j < kItersA; ++j) {
       const int r = (tid + j * THREADS) / kChunksPerRow;
@@ -109,7 +116,12 @@ struct TileLoader {
     for (int j = 0; j < kItersB; ++j) {
       const int r = (tid + j * THREADS) / kChunksPerRow;
       const bool ok = k_ok && b_rows[j] != nullptr;
-      cp_async_16(b_smem + swizzle_128b(r, chunk), ok ? b_rows[j] + k : fallback, ok);
+      const unsigned dst = b_smem + swizzle_128b(r, chunk);
+      if (weights_once) {
+        cp_async_16_hint(dst, ok ? b_rows[j] + k : fallback, ok, policy);
+      } else {
+        cp_async_16(dst, ok ? b_rows[j] + k : fallback, ok);
+      }
     }
   }
 };

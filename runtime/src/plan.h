@@ -50,8 +50,9 @@ struct LaunchPlan {
   const Kernel* gate_up = nullptr;
   const Kernel* down = nullptr;
   const Kernel* combine = nullptr;
-  unsigned gemm_ctas = 0;  // persistent grid of the TMA grouped GEMMs (tile.ws): blocks that fit
-  int tile_band = 0;       // their tile order: row blocks per band (GemmTmaParams::band)
+  unsigned gemm_ctas = 0;   // persistent grid of the TMA grouped GEMMs (tile.ws): blocks that fit
+  int tile_band = 0;        // their tile order: row blocks per band (GemmTmaParams::band)
+  int shared_prefetch = 0;  // GemmParams::shared_prefetch of the gate/up launch
 };
 
 }  // namespace rt_moe

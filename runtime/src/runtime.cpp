@@ -123,8 +123,37 @@ LaunchPlan MoeRuntime::Impl::build_plan(const Bucket& bucket, const GemmTile& ti
     // block's A rows this many tiles apart: small enough for both to stay in L2 (tile_of in
     // grouped_gemm_sm90_ws.cuh).
     plan.tile_band = tile_band > 0 ? tile_band : kDefaultTileBand;
+  } else if (!plan.tile.gemv && plan.tile.sm == 80) {
+    plan.shared_prefetch = shared_prefetch_bytes(plan);
   }
   return plan;
+}
+
+// GemmParams::shared_prefetch for the mma.sync gate/up kernel: while the routing runs, the gate/up
+// blocks, launched early and waiting for it, can fetch the start of the shared expert's gate and
+// up rows into L2, as the shared expert's rows do not depend on the routing. Only where it pays
+// and is safe to count on:
+//   - every expert fits one row block (the bucket's tokens <= block_m), so the routed weights
+//     stream through L2 once, marked evict-first (TileLoader), and do not evict the prefetched
+//     lines before the shared expert's blocks read them;
+//   - the whole grid is resident at once, so every block prefetches during the routing and none
+//     repeats it later.
+// Half of L2 at most, spread over the rows' starts (DeepSeek-V3 on the H200: 4096 rows of 14 KB,
+// 6 KB of each).
+int MoeRuntime::Impl::shared_prefetch_bytes(const LaunchPlan& plan) const {
+  const MoeConfig& c = config;
+  if (c.n_shared_experts == 0 || plan.bucket.max_tokens > plan.tile.block_m) return 0;
+  const Kernel& k = *plan.gate_up;
+  int per_sm = 0;
+  RT_MOE_CALL(cuOccupancyMaxActiveBlocksPerMultiprocessor, &per_sm, k.function, k.threads,
+              std::size_t(k.smem_bytes));
+  const std::int64_t grid = max_row_blocks(c, plan.bucket.max_tokens, plan.tile.block_m) *
+                            ceil_div(c.d_expert, plan.tile.block_n / 2);
+  if (grid > std::int64_t(per_sm) * device.sm_count) return 0;
+  const std::int64_t rows = 2 * c.n_shared_experts * c.d_expert;
+  const std::int64_t row_bytes = c.d_hidden * dtype_bytes(c.dtype);
+  const std::int64_t prefix = std::min(row_bytes, std::int64_t(device.l2_bytes) / 2 / rows);
+  return int(prefix / 128 * 128);
 }
 
 void MoeRuntime::Impl::ensure_workspace(std::size_t bytes) {
@@ -219,7 +248,9 @@ void MoeRuntime::Impl::enqueue(const LaunchPlan& plan, const void* x, void* out,
   gate_up.topk_weights = static_cast<const float*>(ptr(l.topk_weights));
   gate_up.expert_counts = static_cast<const int*>(ptr(l.counts));
   gate_up.tokens = T;
+  gate_up.shared_prefetch = plan.shared_prefetch;
   GemmParams down = gate_up;
+  down.shared_prefetch = 0;
   down.a = ptr(l.h);
   down.out = ptr(l.y);
   const unsigned gate_up_cols = ceil_div(c.d_expert, plan.tile.block_n / 2);

@@ -50,6 +50,8 @@ struct MoeRuntime::Impl {
 
   // Compiles (in parallel, through the cache) and loads every kernel of `tile` for `bucket`.
   LaunchPlan build_plan(const Bucket& bucket, const GemmTile& tile);
+  // LaunchPlan::shared_prefetch of a plan with its kernels loaded (runtime.cpp says when).
+  int shared_prefetch_bytes(const LaunchPlan& plan) const;
   // Grows the workspace to at least `bytes` (synchronizing the context: forwards in flight may
   // use the old one).
   void ensure_workspace(std::size_t bytes);
