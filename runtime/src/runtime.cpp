@@ -67,8 +67,8 @@ const LaunchPlan& MoeRuntime::Impl::plan_for(std::int64_t tokens, CUstream captu
   }
   LaunchPlan plan = build_plan(bucket, choose_tile(bucket));
   ensure_workspace(plan.layout.bytes);
-  log().debug("plan for bucket {} (<= {} tokens): tile {}", bucket.group_sum_max, bucket.max_tokens,
-              plan.tile.describe());
+  log().debug("plan for bucket {} (<= {} tokens): tile {}, shared expert prefetch {} B a row",
+              bucket.group_sum_max, bucket.max_tokens, plan.tile.describe(), plan.shared_prefetch);
   return plans.emplace(bucket.group_sum_max, std::move(plan)).first->second;
 }
 
