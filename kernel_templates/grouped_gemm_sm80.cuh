@@ -78,8 +78,13 @@ struct GroupedGemmSm80 {
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
     const int warp_m = warp / WARPS_N, warp_n = warp % WARPS_N;
     ExpertWeights w = {p.b, p.b, p.b, H};
-    if (MODE != kRouter) w = p.experts[p.block_expert[block_m]];
-    const Loader loader(p, w, m0, tid);
+    bool once = false;
+    if (MODE != kRouter) {
+      const int expert = p.block_expert[block_m];
+      w = p.experts[expert];
+      once = expert_rows_fit_block<E>(p, expert, BLOCK_M);
+    }
+    const Loader loader(p, w, m0, tid, once);
     const unsigned smem_base = smem_address(smem);
     auto load_stage = [&](int stage, int k_tile) {
       const unsigned a_smem = smem_base + stage * kStageBytes;

@@ -25,6 +25,14 @@ __device__ __forceinline__ float pair_weight(const GemmParams& p, int pair) {
   return slot < K ? p.topk_weights[(long long)token * K + slot] : 1.f;
 }
 
+// Whether all of expert `expert`'s rows (routed pairs, or every token for a shared chunk) fit
+// one block of `block_rows`: then only that block reads the expert's weight tiles.
+template <int E>
+__device__ __forceinline__ bool expert_rows_fit_block(const GemmParams& p, int expert,
+                                                      int block_rows) {
+  return (expert < E ? p.expert_counts[expert] : p.tokens) <= block_rows;
+}
+
 // Byte offset of 16-byte chunk `chunk` of row `row` in a tile of 128-byte rows swizzled as above.
 __device__ __forceinline__ unsigned swizzle_128b(int row, int chunk) {
   return (unsigned)(row * 8 + (chunk ^ (row & 7))) * 16u;
@@ -58,18 +66,18 @@ struct TileLoader {
   const unsigned short* fallback;  // a valid address for the zero-filling copies
   int tid;
   int chunk;
-  // Every expert's rows fit one row block (tokens <= BLOCK_M): each weight tile is read by one
-  // block, once, so its loads carry an evict-first L2 policy and do not push out of L2 what other
-  // blocks still read (x rows, the shared expert's prefetched rows).
+  // The block's expert has no other row block (expert_rows_fit_block): its weight tiles are read
+  // by this block only, once, so their loads carry an evict-first L2 policy and do not push out of
+  // L2 what other blocks still read (x rows, h rows, the shared expert's prefetched rows).
   bool weights_once;
   unsigned long long policy;
 
   __device__ __forceinline__ TileLoader(const GemmParams& p, const ExpertWeights& w, int m0,
-                                        int thread)
+                                        int thread, bool once = false)
       : fallback(reinterpret_cast<const unsigned short*>(p.a)),
         tid(thread),
         chunk(thread % kChunksPerRow),
-        weights_once(MODE != kRouter && p.tokens <= BLOCK_M),
+        weights_once(once),
         policy(weights_once ? l2_evict_first_policy() : 0) {
 #pragma unroll
     for (int j = 0; j < kItersA; ++j) {

@@ -346,8 +346,9 @@ int bench(const Options& options) {
     KernelCache kernels(context, arch);
     hbm = measure_hbm_read(kernels, device, stream.get());
     // The same read kernel over the bytes of a decode GEMM (DeepSeek-V3 at T = 1: down 0.26 GB,
-    // gate/up 0.53 GB): what one short kernel streams, ramp and tail included.
-    for (std::size_t mb : {264, 528}) {
+    // gate/up 0.53 GB, both 0.79 GB) and twice that: what one short kernel streams, ramp and tail
+    // included.
+    for (std::size_t mb : {264, 528, 792, 1584}) {
       const Ceiling c = measure_hbm_read(kernels, device, stream.get(), 20, mb << 20);
       std::printf(
           "diagnostic: HBM read of %zu MiB in one kernel: %.0f GB/s (%.0f%% of the ceiling)\n", mb,
