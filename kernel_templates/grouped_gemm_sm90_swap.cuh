@@ -157,7 +157,6 @@ struct GroupedGemmSm90Swap {
     const int tid = threadIdx.x - 128 * CONSUMERS;
     const int chunk = tid % 8;
     const unsigned short* a = reinterpret_cast<const unsigned short*>(g.a);
-    const unsigned long long policy = l2_evict_first_policy();
     int stage = 0;
     unsigned phase = 0;
     for (int iteration = 0;; ++iteration) {
@@ -178,7 +177,6 @@ struct GroupedGemmSm90Swap {
       }
       const BandTile t = tile_of(g, tile, num_blocks, p.band);
       const int m0 = t.m_block * BLOCK_M;
-      const bool once = expert_rows_fit_block<E>(g, t.expert, TOKENS);
       const unsigned short* rows[kRowsPerProducer];
 #pragma unroll
       for (int j = 0; j < kRowsPerProducer; ++j) {
@@ -196,10 +194,8 @@ struct GroupedGemmSm90Swap {
         if (tid == 0) {
           if (kt == 0) tile_slots[stage] = tile;  // published by the arrival below
           mbarrier_arrive_expect_tx(bar, kWeightBytes);
-          WeightLoader::load_b_half(p, t.expert, t.n_block, kt, 0, weight_smem, bar, false, once,
-                                    policy);
-          WeightLoader::load_b_half(p, t.expert, t.n_block, kt, 1, weight_smem, bar, false, once,
-                                    policy);
+          WeightLoader::load_b_half(p, t.expert, t.n_block, kt, 0, weight_smem, bar, false);
+          WeightLoader::load_b_half(p, t.expert, t.n_block, kt, 1, weight_smem, bar, false);
         }
 #pragma unroll
         for (int j = 0; j < kRowsPerProducer; ++j) {

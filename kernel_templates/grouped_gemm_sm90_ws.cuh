@@ -97,16 +97,6 @@ __device__ __forceinline__ void tma_load_2d(unsigned dst, const TensorMap* map, 
       : "memory");
 }
 
-// The same copy with an L2 eviction policy (l2_evict_first_policy()).
-__device__ __forceinline__ void tma_load_2d_hint(unsigned dst, const TensorMap* map, int x, int y,
-                                                 unsigned bar, unsigned long long policy) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
-      ".L2::cache_hint [%0], [%1, {%2, %3}], [%4], %5;" ::"r"(dst),
-      "l"(map), "r"(x), "r"(y), "r"(bar), "l"(policy)
-      : "memory");
-}
-
 // The same copy, multicast: the box lands at `dst` in every CTA of the cluster named in `mask`,
 // each completing on its own barrier at `bar`'s offset.
 __device__ __forceinline__ void tma_load_2d_multicast(unsigned dst, const TensorMap* map, int x,
@@ -315,13 +305,11 @@ struct GroupedGemmSm90Ws {
 
   // Half `half` of the B tile (BLOCK_N / 2 rows) of an expert's weights for column block
   // `n_block` at K tile `k_tile`: gate (0) or up (1) rows in kGateUp, the first or second half of
-  // the down rows in kDown. Multicast to both CTAs of the cluster when `multicast`; else with
-  // `policy` (evict-first for a tile only this block reads) when `hint`.
+  // the down rows in kDown. Multicast to both CTAs of the cluster when `multicast`.
   static __device__ __forceinline__ void load_b_half(const GemmTmaParams& p, int expert,
                                                      int n_block, int k_tile, int half,
-                                                     unsigned b_smem, unsigned bar, bool multicast,
-                                                     bool hint = false,
-                                                     unsigned long long policy = 0) {
+                                                     unsigned b_smem, unsigned bar,
+                                                     bool multicast) {
     const bool routed = expert < E;
     const int chunk = expert - E;  // shared expert chunk, when !routed
     const TensorMap* map;
@@ -341,8 +329,6 @@ struct GroupedGemmSm90Ws {
     const unsigned dst = b_smem + half * kHalfBBytes;
     if (multicast) {
       tma_load_2d_multicast(dst, map, x, y, bar, (unsigned short)0x3);
-    } else if (hint) {
-      tma_load_2d_hint(dst, map, x, y, bar, policy);
     } else {
       tma_load_2d(dst, map, x, y, bar);
     }
@@ -391,7 +377,6 @@ struct GroupedGemmSm90Ws {
     const int chunk = tid % 8;
     const unsigned short* x = reinterpret_cast<const unsigned short*>(g.a);
     const unsigned tx_bytes = MODE == kGateUp ? kTileBBytes : kTileABytes + kTileBBytes;
-    const unsigned long long policy = l2_evict_first_policy();
     int stage = 0;
     unsigned phase = 0;
     // The next tile of this CTA, in order from the counter: thread 0 fetches, the other producer
@@ -435,7 +420,6 @@ struct GroupedGemmSm90Ws {
       }
       const Tile t = tile_of(g, tile, num_blocks, rank, band);
       const int m0 = t.m_block * BLOCK_M;
-      const bool once = !t.multicast && expert_rows_fit_block<E>(g, t.expert, BLOCK_M);
       const unsigned short* rows[kRowsPerProducer];
       if (MODE == kGateUp) {
 #pragma unroll
@@ -456,8 +440,8 @@ struct GroupedGemmSm90Ws {
           if (t.multicast) {
             load_b_half(p, t.expert, t.n_block, kt, rank, b_smem, bar, true);
           } else {
-            load_b_half(p, t.expert, t.n_block, kt, 0, b_smem, bar, false, once, policy);
-            load_b_half(p, t.expert, t.n_block, kt, 1, b_smem, bar, false, once, policy);
+            load_b_half(p, t.expert, t.n_block, kt, 0, b_smem, bar, false);
+            load_b_half(p, t.expert, t.n_block, kt, 1, b_smem, bar, false);
           }
           if (MODE == kDown) tma_load_2d(a_smem, &p.a, kt * BLOCK_K, m0, bar);
         }
