@@ -3,34 +3,46 @@
 // ReadBandwidth: HBM read bandwidth. A grid-stride loop over 16-byte vectors; each thread keeps
 // UNROLL independent loads in flight (latency x bandwidth needs many bytes in flight per SM), folds
 // them into one register, and each block writes one value, so no load is dead code. The buffer must
-// be far larger than L2 (the bench uses >= 2 GB) for the result to be HBM's, not L2's.
+// be far larger than L2 (the bench uses >= 2 GB) for the result to be HBM's, not L2's. EVICT_FIRST:
+// the loads carry L2's evict-first policy (ld.global.L2::cache_hint), as the decode GEMMs' weight
+// loads do; the bench takes the faster of the two as the ceiling.
 #pragma once
 
 #include "common.cuh"
 
 namespace rt_moe {
 
-template <int THREADS, int UNROLL>
+template <int THREADS, int UNROLL, bool EVICT_FIRST>
 struct ReadBandwidth {
   static constexpr int kThreads = THREADS;
   static constexpr int kSmemBytes = 0;
   static_assert(THREADS % 32 == 0 && THREADS <= 1024, "whole warps, at most 1024 threads a block");
   static_assert(UNROLL >= 1, "at least one load in flight");
 
+  static __device__ __forceinline__ Vec8 load(const Vec8* p, unsigned long long policy) {
+    if (!EVICT_FIRST) return *p;
+    Vec8 v;
+    asm volatile("ld.global.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+                 : "=r"(v.w[0]), "=r"(v.w[1]), "=r"(v.w[2]), "=r"(v.w[3])
+                 : "l"(p), "l"(policy));
+    return v;
+  }
+
   static __device__ void run(const ReadParams& p) {
     const Vec8* __restrict__ data = reinterpret_cast<const Vec8*>(p.data);
+    const unsigned long long policy = EVICT_FIRST ? l2_evict_first_policy() : 0;
     const long long stride = (long long)gridDim.x * THREADS;
     long long i = (long long)blockIdx.x * THREADS + threadIdx.x;
     unsigned acc = 0;
     for (; i + (UNROLL - 1) * stride < p.vectors; i += UNROLL * stride) {
       Vec8 v[UNROLL];
 #pragma unroll
-      for (int u = 0; u < UNROLL; ++u) v[u] = data[i + u * stride];
+      for (int u = 0; u < UNROLL; ++u) v[u] = load(data + i + u * stride, policy);
 #pragma unroll
       for (int u = 0; u < UNROLL; ++u) acc += v[u].w[0] ^ v[u].w[1] ^ v[u].w[2] ^ v[u].w[3];
     }
     for (; i < p.vectors; i += stride) {
-      const Vec8 v = data[i];
+      const Vec8 v = load(data + i, policy);
       acc += v.w[0] ^ v.w[1] ^ v.w[2] ^ v.w[3];
     }
 #pragma unroll

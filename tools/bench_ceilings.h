@@ -25,6 +25,12 @@ struct Ceiling {
   double sustained = 0;
   int sustained_count = 0;
   double sustained_ms = 0;
+  // HBM read only: each kernel variant measured (the value is the fastest).
+  struct Variant {
+    std::string name;
+    double value;
+  };
+  std::vector<Variant> variants;
 };
 
 // Median over `iters` passes of a read of a >= 2 GiB buffer, after warm-up. With `bytes` > 0:

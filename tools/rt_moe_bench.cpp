@@ -357,6 +357,10 @@ int bench(const Options& options) {
   }
   gemm = measure_gemm_rate(config.dtype, stream.get());
   std::printf("ceiling: HBM read %.0f GB/s (%s)\n", hbm.value / 1e9, hbm.note.c_str());
+  for (const Ceiling::Variant& v : hbm.variants) {
+    std::printf("diagnostic: HBM read of the ceiling's buffer, %s: %.0f GB/s\n", v.name.c_str(),
+                v.value / 1e9);
+  }
   std::printf("ceiling: dense GEMM %.0f TFLOP/s (%s)\n", gemm.value / 1e12, gemm.note.c_str());
   if (gemm.sustained > 0) {
     std::printf(

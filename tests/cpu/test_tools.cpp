@@ -201,13 +201,17 @@ TEST_CASE("tools: rt_moe_bench without a GPU exits 1 and says so, bad flags exit
 }
 
 TEST_CASE("tools: the benchmark's read kernel (bench.cuh) compiles for sm_90a", "[tools][nvrtc]") {
-  // The spec rt_moe_bench's HBM ceiling uses (tools/bench_ceilings.cpp).
-  const KernelSpec spec{"bench", "bench.cuh", "rt_moe::ReadBandwidth<256, 4>",
-                        "rt_moe::ReadParams"};
-  const std::string cubin = compile_for_sm90a(spec);
-  CHECK(cubin.compare(0, 4,
-                      "\x7f"
-                      "ELF") == 0);
+  // The specs rt_moe_bench's HBM ceiling uses (tools/bench_ceilings.cpp): plain and evict-first
+  // loads.
+  for (const char* evict_first : {"false", "true"}) {
+    const KernelSpec spec{"bench", "bench.cuh",
+                          std::string("rt_moe::ReadBandwidth<256, 4, ") + evict_first + ">",
+                          "rt_moe::ReadParams"};
+    const std::string cubin = compile_for_sm90a(spec);
+    CHECK(cubin.compare(0, 4,
+                        "\x7f"
+                        "ELF") == 0);
+  }
 }
 
 }  // namespace rt_moe
