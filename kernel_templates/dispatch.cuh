@@ -22,12 +22,14 @@ struct Offsets {
   static constexpr int kPerLane = (kExperts + 31) / 32;  // experts each lane of warp 0 scans
 
   static __device__ void run(const OffsetsParams& p) {
+    __shared__ int counts[kExperts];
     __shared__ int padded[kExperts + 1];
     __shared__ int offsets[kExperts + 1];
     grid_dependency_trigger();  // the next kernel may launch now; it waits for this one
     grid_dependency_wait();     // the counts of top-k
     for (int e = threadIdx.x; e < kExperts; e += kThreads) {
       int count = e < E ? p.expert_counts[e] : p.tokens;
+      counts[e] = count;
       padded[e] = (count + BLOCK_M - 1) / BLOCK_M * BLOCK_M;
       p.expert_fill[e] = 0;
     }
@@ -62,13 +64,17 @@ struct Offsets {
     const int blocks = total_blocks < p.max_blocks ? total_blocks : p.max_blocks;
     if (threadIdx.x == 0) *p.num_blocks = blocks;
     for (int e = threadIdx.x; e <= kExperts; e += kThreads) p.padded_offsets[e] = offsets[e];
-    for (int e = threadIdx.x; e < kExperts; e += kThreads) {
-      int count = e < E ? p.expert_counts[e] : p.tokens;
-      int begin = offsets[e];
-      for (int r = begin + count; r < begin + padded[e]; ++r) {
-        if (r < blocks * BLOCK_M) p.sorted_rows[r] = -1;
+    // A warp an expert, its lanes on consecutive rows and blocks: coalesced stores. (A thread an
+    // expert wrote its up to BLOCK_M - 1 padding rows one by one, each warp store touching 32
+    // lines: 15-17 us for this kernel at DeepSeek-V3 T = 512 and 4096 on the H200, by ncu.)
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int rows_in_use = blocks * BLOCK_M;
+    for (int e = warp; e < kExperts; e += kThreads / 32) {
+      const int begin = offsets[e], end = begin + padded[e];
+      for (int r = begin + counts[e] + lane; r < end && r < rows_in_use; r += 32) {
+        p.sorted_rows[r] = -1;
       }
-      for (int b = begin / BLOCK_M; b < (begin + padded[e]) / BLOCK_M && b < blocks; ++b) {
+      for (int b = begin / BLOCK_M + lane; b < end / BLOCK_M && b < blocks; b += 32) {
         p.block_expert[b] = e;
       }
     }
