@@ -15,9 +15,11 @@
 //     routing weight (1 for shared chunks) and writes y in fp32 at the pair's row
 //     (t * (k + S) + slot). fp32, because a dtype y costs up to one ulp of the largest slot in the
 //     combine's sum: more than the 1e-2 accuracy rule allows for bf16 outputs near cancellation.
-//   kRouter: the gating GEMM as a plain dense GEMM (the tensor-core path for many tokens): A = x
+//   kRouter: the gating GEMM as a plain dense GEMM (the tensor-core path from 32 tokens): A = x
 //     rows 0..T-1, B = the router's E rows, the epilogue writes fp32 logits, rounded to the dtype
-//     when p.round_logits.
+//     when p.round_logits. With gridDim.z > 1, block z takes part z of the K tiles and writes its
+//     fp32 partial sums to array z of the logits (p.round_logits is then 0; the top-k kernel adds
+//     the parts and rounds).
 // Row blocks past num_blocks (the grid is sized for the bucket's worst case) exit at once.
 #pragma once
 
@@ -99,16 +101,19 @@ struct GroupedGemmSm80 {
 #pragma unroll
         for (int v = 0; v < 4; ++v) acc[mi][ni][v] = 0.f;
 
-    constexpr int kTiles = Loader::kTiles;
+    // K tiles [k0, k0 + tiles): all of them, or the router's part blockIdx.z of gridDim.z.
+    const int k0 = MODE == kRouter ? int(blockIdx.z * Loader::kTiles / gridDim.z) : 0;
+    const int tiles =
+        MODE == kRouter ? int((blockIdx.z + 1) * Loader::kTiles / gridDim.z) - k0 : Loader::kTiles;
 #pragma unroll
     for (int s = 0; s < STAGES - 1; ++s) {
-      if (s < kTiles) load_stage(s, s);
+      if (s < tiles) load_stage(s, k0 + s);
       cp_async_commit();
     }
-    for (int kt = 0; kt < kTiles; ++kt) {
+    for (int kt = 0; kt < tiles; ++kt) {
       cp_async_wait<STAGES - 2>();
       __syncthreads();  // tile kt landed for all threads; stage (kt - 1) % STAGES is free
-      if (kt + STAGES - 1 < kTiles) load_stage((kt + STAGES - 1) % STAGES, kt + STAGES - 1);
+      if (kt + STAGES - 1 < tiles) load_stage((kt + STAGES - 1) % STAGES, k0 + kt + STAGES - 1);
       cp_async_commit();
 
       const unsigned a_smem = smem_base + (kt % STAGES) * kStageBytes;
@@ -165,7 +170,7 @@ struct GroupedGemmSm80 {
             }
           }
         } else if (MODE == kRouter) {
-          float* logits = reinterpret_cast<float*>(p.out);
+          float* logits = reinterpret_cast<float*>(p.out) + (long long)blockIdx.z * p.tokens * E;
 #pragma unroll
           for (int ni = 0; ni < kFragsN; ++ni) {
             const int col = blockIdx.y * BLOCK_N + warp_n * kWarpN + ni * 8 + (lane % 4) * 2;

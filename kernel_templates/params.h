@@ -22,7 +22,7 @@ struct RouterParams {
 };
 
 struct TopkParams {
-  const float* logits;  // (T, E)
+  const float* logits;  // (logit_splits, T, E)
   const float* bias;    // (E) correction bias, added to the scores for selection only; null
                         // unless the template's BIAS
   int* topk_ids;        // (T, k)
@@ -30,6 +30,11 @@ struct TopkParams {
   int* expert_counts;   // (E) routed pairs per expert, zeroed before the routing kernels
   int tokens;
   float routed_scaling_factor;
+  // Parts of the gating GEMM's K split: > 1, the logits are fp32 partial sums, added here in
+  // part order and then rounded to the dtype when round_logits; 1, the logits as the router
+  // wrote them (rounded there).
+  int logit_splits;
+  int round_logits;
 };
 
 struct OffsetsParams {
@@ -54,7 +59,7 @@ struct ScatterParams {
 struct GemmParams {
   const void* a;                 // gate/up, router: x (T, H); down: h (max_rows, I)
   void* out;                     // gate/up: h (max_rows, I); down: fp32 y (T * (k + S), H);
-                                 // router: fp32 logits (T, E)
+                                 // router: fp32 logits (T, E), one array a K part (gridDim.z)
   const void* b;                 // router only: (E, H)
   const ExpertWeights* experts;  // (E + S)
   const int* sorted_rows;        // (max_rows)

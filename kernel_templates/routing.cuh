@@ -245,6 +245,14 @@ struct Topk {
     const int token = blockIdx.x * WARPS + warp;
     if (token >= p.tokens) return;
     const float* logits = p.logits + (long long)token * E;
+    // Logit e: the router's, or the sum of the K split's partial logits in part order, rounded.
+    const long long part_stride = (long long)p.tokens * E;
+    auto logit = [&](int e) {
+      if (p.logit_splits == 1) return logits[e];
+      float sum = 0.f;
+      for (int part = 0; part < p.logit_splits; ++part) sum += logits[part * part_stride + e];
+      return p.round_logits ? round_to<D>(sum) : sum;
+    };
 
     float score[kPerLane];  // s: dtype-rounded softmax probs or sigmoid scores
     if (SCORE == kScoreSoftmax) {
@@ -252,7 +260,7 @@ struct Topk {
 #pragma unroll
       for (int i = 0; i < kPerLane; ++i) {
         int e = lane + 32 * i;
-        score[i] = e < E ? logits[e] : neg_inf();
+        score[i] = e < E ? logit(e) : neg_inf();
         m = fmaxf(m, score[i]);
       }
       m = warp_max(m);
@@ -270,7 +278,7 @@ struct Topk {
 #pragma unroll
       for (int i = 0; i < kPerLane; ++i) {
         int e = lane + 32 * i;
-        score[i] = e < E ? round_to<D>(1.f / (1.f + expf(-logits[e]))) : 0.f;
+        score[i] = e < E ? round_to<D>(1.f / (1.f + expf(-logit(e)))) : 0.f;
       }
     }
 

@@ -28,7 +28,9 @@ WorkspaceLayout workspace_layout(const MoeConfig& c, std::int64_t max_tokens, in
     at = align_up(at + bytes);
     return offset;
   };
-  l.logits = take(sizeof(float) * T * E);
+  // The gating GEMM's partial logits, one (T, E) array per part of its K split.
+  const GemmTile router = router_tile(c, T);
+  l.logits = take(sizeof(float) * T * E * (router.block_m == 0 ? 1 : router.split));
   l.topk_ids = take(sizeof(int) * T * k);
   l.topk_weights = take(sizeof(float) * T * k);
   // The tile counters follow the expert counts, so that one memset zeroes both.

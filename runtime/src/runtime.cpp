@@ -194,10 +194,12 @@ void MoeRuntime::Impl::enqueue_routing(const LaunchPlan& plan, const void* x, in
     params.out = ptr(l.logits);
     params.b = router;
     params.tokens = T;
-    params.round_logits = c.routing.logits_fp32 ? 0 : 1;
+    // Split along K, the parts are fp32 partial sums: the top-k kernel adds and rounds them.
+    const unsigned split = unsigned(plan.router_tile.split);
+    params.round_logits = c.routing.logits_fp32 || split > 1 ? 0 : 1;
     launch(*plan.router,
-           {ceil_div(T, plan.router_tile.block_m), ceil_div(E, plan.router_tile.block_n)}, params,
-           stream);
+           {ceil_div(T, plan.router_tile.block_m), ceil_div(E, plan.router_tile.block_n), split},
+           params, stream);
   }
 
   TopkParams topk{};
@@ -208,6 +210,8 @@ void MoeRuntime::Impl::enqueue_routing(const LaunchPlan& plan, const void* x, in
   topk.expert_counts = static_cast<int*>(ptr(l.counts));
   topk.tokens = T;
   topk.routed_scaling_factor = c.routing.routed_scaling_factor;
+  topk.logit_splits = plan.router_tile.block_m == 0 ? 1 : plan.router_tile.split;
+  topk.round_logits = c.routing.logits_fp32 ? 0 : 1;
   launch(*plan.topk, {ceil_div(T, kTopkWarps)}, topk, stream, stage_order(kernels->arch()));
 }
 

@@ -22,8 +22,8 @@ std::string GemmTile::describe() const {
     return fmt::format("sm90 {}x{}x{} wg{}x{} s{}", block_m, block_n, block_k, warps_m, warps_n,
                        stages);
   }
-  return fmt::format("sm80 {}x{}x{} w{}x{} s{}", block_m, block_n, block_k, warps_m, warps_n,
-                     stages);
+  return fmt::format("sm80 {}x{}x{} w{}x{} s{}{}", block_m, block_n, block_k, warps_m, warps_n,
+                     stages, split > 1 ? fmt::format(" k{}", split) : "");
 }
 
 bool has_wgmma(const std::string& arch) { return arch == "sm_90a"; }
@@ -167,23 +167,32 @@ GemmTile default_tile(const MoeConfig& c, long long max_tokens, const std::strin
 
 GemmTile router_tile(const MoeConfig& c, long long max_tokens) {
   if (max_tokens < kRouterMmaMinTokens) return {0, 0, 0, 0, 0, 0};
-  // A skinny GEMM (N = E, K = H): every block walks all of K, one stage of loads in flight per
-  // STAGES-th of its K loop, so the gating GEMM takes about one block's K loop once there are
-  // blocks enough for the GPU. Columns: E rounded up to 32, 64 or 128 (no block of 96 idle
-  // columns for E = 32); rows: the tallest block, from 128 down to 16, that still makes
-  // kRouterMinBlocks blocks. (With 128 x 128 blocks, gpumode's gating GEMM at T = 8192 ran 64
-  // blocks for 91 us on the H200, at T = 2048 16 blocks.) Stages: up to 96 KB of loads in flight.
+  // A skinny GEMM (N = E, K = H). A block walking all of K takes one long loop of loads, one stage
+  // in flight per STAGES-th of it, and every row block reads the whole router from L2, so the
+  // gating GEMM runs tall blocks with K split across kRouterMinBlocks blocks or more:
+  //   - columns: E rounded up to 32, 64 or 128 (no block of 96 idle columns for E = 32);
+  //   - rows: the tallest block, from 128 down to 16, that makes kRouterMinBlocks blocks with
+  //     the K split;
+  //   - split: up to 16 parts of at least 7 K tiles (DeepSeek-V3: 112 K tiles), as many as make
+  //     kRouterMinBlocks blocks.
+  // (Without a split, at 16 to 32 rows a block: DeepSeek-V3's gating GEMM took 50 us at T = 512
+  // and 88 us at 4096 on the H200, by ncu.) Stages: up to 96 KB of loads in flight.
   const long long experts = c.n_routed_experts;
   const int block_n = experts <= 32 ? 32 : experts <= 64 ? 64 : 128;
   const long long col_blocks = (experts + block_n - 1) / block_n;
+  const long long k_tiles = (c.d_hidden + 63) / 64;
+  const long long max_split = std::clamp<long long>(k_tiles / 7, 1, 16);
+  auto blocks = [&](long long rows) { return (max_tokens + rows - 1) / rows * col_blocks; };
   int block_m = 128;
-  while (block_m > 16 && (max_tokens + block_m - 1) / block_m * col_blocks < kRouterMinBlocks) {
-    block_m /= 2;
-  }
+  while (block_m > 16 && blocks(block_m) * max_split < kRouterMinBlocks) block_m /= 2;
+  const long long split = std::clamp<long long>(
+      (kRouterMinBlocks + blocks(block_m) - 1) / blocks(block_m), 1, max_split);
   const int stage_bytes = (block_m + block_n) * 64 * 2;
   const int stages = std::clamp(96 * 1024 / stage_bytes, 3, 8);
   // Warps of 16 or more rows and 16 or more columns each (mma m16n8k16, ldmatrix.x4 of B).
-  return {block_m, block_n, 64, block_m == 16 ? 1 : 2, block_n == 128 ? 4 : 2, stages};
+  GemmTile t{block_m, block_n, 64, block_m == 16 ? 1 : 2, block_n == 128 ? 4 : 2, stages};
+  t.split = int(split);
+  return t;
 }
 
 KernelSpec router_spec(const MoeConfig& c, const GemmTile& tile) {

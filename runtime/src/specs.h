@@ -33,6 +33,9 @@ struct GemmTile {
   // sm = 90, ws: the swapped-operand kernel of grouped_gemm_sm90_swap.cuh (block_m token rows as
   // wgmma's N, block_n = 256 weight rows as M, two consumer warpgroups).
   bool swap = false;
+  // The tensor-core gating GEMM only (router_tile): K split over this many blocks (gridDim.z),
+  // each writing fp32 partial logits that the top-k kernel sums in split order.
+  int split = 1;
   // "sm80 64x128x64 w2x2 s4", "sm90ws 128x256x64 wg2 s4 c2", "gemv r8 w4 s1", "sm90swap 144x256x64
   // s4"
   std::string describe() const;
@@ -56,7 +59,7 @@ GemmTile default_tile(const MoeConfig& config, long long max_tokens, const std::
 // tokens, where it is a bandwidth-bound GEMV, and on tensor cores (the grouped GEMM's kRouter mode)
 // from this many tokens on, where the CUDA-core version would reread x and the router from L2 tens
 // of times.
-inline constexpr long long kRouterMmaMinTokens = 128;
+inline constexpr long long kRouterMmaMinTokens = 32;
 // Blocks the tensor-core gating GEMM aims for (about two an SM on a 132-SM H200).
 inline constexpr long long kRouterMinBlocks = 256;
 // The tile of the tensor-core gating GEMM for a bucket, or block_m == 0 for the CUDA-core kernel.

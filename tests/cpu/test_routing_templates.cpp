@@ -2,6 +2,7 @@
 // variants of REFERENCE.md section 4, and their instances spell every knob. No GPU needed.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <set>
 #include <string>
 #include <utility>
@@ -47,7 +48,8 @@ TEST_CASE("routing: the tensor-core router's tile covers the experts, fills the 
     const MoeConfig c = preset(name).moe;
     const long long E = c.n_routed_experts;
     std::set<std::string> compiled;
-    for (long long T : {1LL, 127LL, 128LL, 512LL, 1024LL, 2048LL, 4096LL, 8192LL, 16384LL}) {
+    for (long long T :
+         {1LL, 31LL, 32LL, 64LL, 127LL, 128LL, 512LL, 1024LL, 2048LL, 4096LL, 8192LL, 16384LL}) {
       const GemmTile t = router_tile(c, T);
       INFO(name << ", T = " << T << ": " << t.describe());
       if (T < kRouterMmaMinTokens) {
@@ -57,11 +59,20 @@ TEST_CASE("routing: the tensor-core router's tile covers the experts, fills the 
       // Columns: E rounded up to 32, 64 or 128 (wider routers take several column blocks).
       const int want_n = E <= 32 ? 32 : E <= 64 ? 64 : 128;
       CHECK(t.block_n == want_n);
-      // Rows: the tallest of 128, 64, 32, 16 that makes kRouterMinBlocks blocks, else 16.
+      // K split in up to 16 parts of 7 or more K tiles each.
+      const long long k_tiles = (c.d_hidden + 63) / 64;
+      const long long max_split = std::clamp<long long>(k_tiles / 7, 1, 16);
+      CHECK(t.split >= 1);
+      CHECK(t.split <= max_split);
+      CHECK((t.split == 1 || k_tiles / t.split >= 7));
+      // Rows: the tallest of 128, 64, 32, 16 that makes kRouterMinBlocks blocks with the largest
+      // split, else 16; the split: the fewest parts that make kRouterMinBlocks blocks.
       const long long cols = (E + t.block_n - 1) / t.block_n;
       auto blocks = [&](long long rows) { return (T + rows - 1) / rows * cols; };
-      CHECK((t.block_m == 16 || blocks(t.block_m) >= kRouterMinBlocks));
-      CHECK((t.block_m == 128 || blocks(2 * t.block_m) < kRouterMinBlocks));
+      CHECK((t.block_m == 16 || blocks(t.block_m) * max_split >= kRouterMinBlocks));
+      CHECK((t.block_m == 128 || blocks(2 * t.block_m) * max_split < kRouterMinBlocks));
+      CHECK((t.split == max_split || blocks(t.block_m) * t.split >= kRouterMinBlocks));
+      CHECK((t.split == 1 || blocks(t.block_m) * (t.split - 1) < kRouterMinBlocks));
       // Warps of whole m16 fragments and ldmatrix.x4 column pairs; 3 to 8 stages of <= 96 KB.
       CHECK(t.block_m % (16 * t.warps_m) == 0);
       CHECK(t.block_n % (16 * t.warps_n) == 0);
