@@ -245,14 +245,43 @@ struct Topk {
     const int token = blockIdx.x * WARPS + warp;
     if (token >= p.tokens) return;
     const float* logits = p.logits + (long long)token * E;
-    // Logit e: the router's, or the sum of the K split's partial logits in part order, rounded.
-    const long long part_stride = (long long)p.tokens * E;
-    auto logit = [&](int e) {
-      if (p.logit_splits == 1) return logits[e];
-      float sum = 0.f;
-      for (int part = 0; part < p.logit_splits; ++part) sum += logits[part * part_stride + e];
-      return p.round_logits ? round_to<D>(sum) : sum;
-    };
+    // This lane's logits: the router's, or the sum of the K split's partial logits in part order
+    // (the loads of four parts in flight at a time), rounded to the dtype when round_logits.
+    float logit[kPerLane];
+    if (p.logit_splits == 1) {
+#pragma unroll
+      for (int i = 0; i < kPerLane; ++i) {
+        const int e = lane + 32 * i;
+        logit[i] = e < E ? logits[e] : 0.f;
+      }
+    } else {
+      const long long part_stride = (long long)p.tokens * E;
+      auto part_logit = [&](int part, int i) {
+        const int e = lane + 32 * i;
+        return e < E ? logits[part * part_stride + e] : 0.f;
+      };
+#pragma unroll
+      for (int i = 0; i < kPerLane; ++i) logit[i] = 0.f;
+      int part = 0;
+      for (; part + 4 <= p.logit_splits; part += 4) {
+        float v[4][kPerLane];
+#pragma unroll
+        for (int q = 0; q < 4; ++q)
+#pragma unroll
+          for (int i = 0; i < kPerLane; ++i) v[q][i] = part_logit(part + q, i);
+#pragma unroll
+        for (int q = 0; q < 4; ++q)
+#pragma unroll
+          for (int i = 0; i < kPerLane; ++i) logit[i] += v[q][i];
+      }
+      for (; part < p.logit_splits; ++part)
+#pragma unroll
+        for (int i = 0; i < kPerLane; ++i) logit[i] += part_logit(part, i);
+      if (p.round_logits) {
+#pragma unroll
+        for (int i = 0; i < kPerLane; ++i) logit[i] = round_to<D>(logit[i]);
+      }
+    }
 
     float score[kPerLane];  // s: dtype-rounded softmax probs or sigmoid scores
     if (SCORE == kScoreSoftmax) {
@@ -260,7 +289,7 @@ struct Topk {
 #pragma unroll
       for (int i = 0; i < kPerLane; ++i) {
         int e = lane + 32 * i;
-        score[i] = e < E ? logit(e) : neg_inf();
+        score[i] = e < E ? logit[i] : neg_inf();
         m = fmaxf(m, score[i]);
       }
       m = warp_max(m);
@@ -278,7 +307,7 @@ struct Topk {
 #pragma unroll
       for (int i = 0; i < kPerLane; ++i) {
         int e = lane + 32 * i;
-        score[i] = e < E ? round_to<D>(1.f / (1.f + expf(-logit(e)))) : 0.f;
+        score[i] = e < E ? round_to<D>(1.f / (1.f + expf(-logit[i]))) : 0.f;
       }
     }
 
