@@ -10,6 +10,7 @@
 
 #include "kernels.h"
 #include "nvrtc_sm90a.h"
+#include "plan.h"
 #include "reference.h"
 #include "rt_moe/presets.h"
 #include "specs.h"
@@ -81,6 +82,22 @@ TEST_CASE("routing: the tensor-core router's tile covers the experts, fills the 
       CHECK((t.stages == 3 || t.stages * (t.block_m + t.block_n) * 64 * 2 <= 96 * 1024));
       const KernelSpec spec = router_spec(c, t);
       if (compiled.insert(spec.name()).second) CHECK(is_elf(compile_for_sm90a(spec)));
+    }
+  }
+}
+
+TEST_CASE("routing: the workspace holds every part of the gating GEMM's K split", "[routing]") {
+  for (const std::string& name : preset_names()) {
+    const ModelConfig model = preset(name);
+    const MoeConfig& c = model.moe;
+    for (long long T : {1LL, 32LL, 64LL, 512LL, 4096LL, 16384LL}) {
+      if (T > model.max_tokens) continue;
+      const GemmTile t = router_tile(c, T);
+      const long long parts = t.block_m == 0 ? 1 : t.split;
+      INFO(name << ", T = " << T << ": " << parts << " parts");
+      const WorkspaceLayout l = workspace_layout(c, T, 16);
+      // The logits come first; the top-k ids follow them.
+      CHECK(l.topk_ids - l.logits >= sizeof(float) * std::size_t(T * c.n_routed_experts * parts));
     }
   }
 }
