@@ -74,7 +74,13 @@ struct GroupedGemmSm80 {
     if (MODE == kGateUp && S > 0 && p.shared_prefetch > 0) prefetch_shared(p);
     grid_dependency_wait();
     extern __shared__ __align__(128) unsigned char smem[];
-    const int block_m = blockIdx.x;
+    tile(p, blockIdx.x, blockIdx.y, smem);
+  }
+
+  // The block's work on (row block block_m, column block n_block), with `smem` (kSmemBytes) as
+  // its ring; also the work items of the fused decode kernel (grouped_gemm_decode.cuh). Every
+  // thread of the block calls it.
+  static __device__ void tile(const GemmParams& p, int block_m, int n_block, unsigned char* smem) {
     const int m0 = block_m * BLOCK_M;
     if (MODE == kRouter ? m0 >= p.tokens : block_m >= *p.num_blocks) return;
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
@@ -86,7 +92,7 @@ struct GroupedGemmSm80 {
       w = p.experts[expert];
       once = expert_rows_fit_block<E>(p, expert, BLOCK_M);
     }
-    const Loader loader(p, w, m0, tid, once);
+    const Loader loader(p, w, m0, n_block, tid, once);
     const unsigned smem_base = smem_address(smem);
     auto load_stage = [&](int stage, int k_tile) {
       const unsigned a_smem = smem_base + stage * kStageBytes;
@@ -159,7 +165,7 @@ struct GroupedGemmSm80 {
 #pragma unroll
           for (int ni = 0; ni < kFragsN / 2; ++ni) {
             const int col =
-                blockIdx.y * (BLOCK_N / 2) + warp_n * (kWarpN / 2) + ni * 8 + (lane % 4) * 2;
+                n_block * (BLOCK_N / 2) + warp_n * (kWarpN / 2) + ni * 8 + (lane % 4) * 2;
             if (col < I) {
               float g0 = acc[mi][ni][half * 2], g1 = acc[mi][ni][half * 2 + 1];
               float u0 = acc[mi][ni + kFragsN / 2][half * 2],
@@ -173,7 +179,7 @@ struct GroupedGemmSm80 {
           float* logits = reinterpret_cast<float*>(p.out) + (long long)blockIdx.z * p.tokens * E;
 #pragma unroll
           for (int ni = 0; ni < kFragsN; ++ni) {
-            const int col = blockIdx.y * BLOCK_N + warp_n * kWarpN + ni * 8 + (lane % 4) * 2;
+            const int col = n_block * BLOCK_N + warp_n * kWarpN + ni * 8 + (lane % 4) * 2;
             if (row < p.tokens) {
               const float l0 = acc[mi][ni][half * 2], l1 = acc[mi][ni][half * 2 + 1];
               if (col < E) logits[(long long)row * E + col] = p.round_logits ? round_to<D>(l0) : l0;
@@ -188,7 +194,7 @@ struct GroupedGemmSm80 {
             const float weight = pair_weight<K, kSlots>(p, pair);
 #pragma unroll
             for (int ni = 0; ni < kFragsN; ++ni) {
-              const int col = blockIdx.y * BLOCK_N + warp_n * kWarpN + ni * 8 + (lane % 4) * 2;
+              const int col = n_block * BLOCK_N + warp_n * kWarpN + ni * 8 + (lane % 4) * 2;
               if (col < H) {
                 y[((long long)pair * H + col) / 2] =
                     make_float2(acc[mi][ni][half * 2] * weight, acc[mi][ni][half * 2 + 1] * weight);

@@ -130,7 +130,7 @@ struct GroupedGemmSm90 {
     const int warpgroup = warp / 4, warp_in_group = warp % 4;
     const int wg_m = warpgroup / WG_N, wg_n = warpgroup % WG_N;
     const ExpertWeights w = p.experts[expert];
-    const Loader loader(p, w, m0, tid, expert_rows_fit_block<E>(p, expert, BLOCK_M));
+    const Loader loader(p, w, m0, blockIdx.y, tid, expert_rows_fit_block<E>(p, expert, BLOCK_M));
     const unsigned smem_base = (smem_address(smem) + 1023u) & ~1023u;
     auto load_stage = [&](int stage, int k_tile) {
       const unsigned a_smem = smem_base + stage * kStageBytes;

@@ -76,6 +76,15 @@ struct GemmParams {
   int shared_prefetch;
 };
 
+// The fused decode GEMM (grouped_gemm_decode.cuh): both GEMMs' parameters, the ticket counter
+// and the per row block counts of finished gate/up tiles, all zero at launch.
+struct DecodeParams {
+  GemmParams gate_up;
+  GemmParams down;
+  int* ticket;        // (1)
+  int* gate_up_done;  // (max_blocks)
+};
+
 // A CUDA tensor map (CUtensorMap: 128 opaque bytes, 128-byte aligned as in cuda.h), encoded on the
 // host by cuTensorMapEncodeTiled and read by the tensor-copy engine from the kernel's parameters.
 struct alignas(128) TensorMap {

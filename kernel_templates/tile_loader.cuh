@@ -72,8 +72,9 @@ struct TileLoader {
   bool weights_once;
   unsigned long long policy;
 
+  // Row block at row m0, column block n_block (of BLOCK_N B rows).
   __device__ __forceinline__ TileLoader(const GemmParams& p, const ExpertWeights& w, int m0,
-                                        int thread, bool once = false)
+                                        int n_block, int thread, bool once = false)
       : fallback(reinterpret_cast<const unsigned short*>(p.a)),
         tid(thread),
         chunk(thread % kChunksPerRow),
@@ -96,13 +97,13 @@ struct TileLoader {
       const int r = (tid + j * THREADS) / kChunksPerRow;
       if (MODE == kGateUp) {
         const int slice = r / SLICE, q = r % SLICE;
-        const int col = blockIdx.y * (BLOCK_N / 2) + slice * (SLICE / 2) + q % (SLICE / 2);
+        const int col = n_block * (BLOCK_N / 2) + slice * (SLICE / 2) + q % (SLICE / 2);
         const void* matrix = q < SLICE / 2 ? w.gate : w.up;
         b_rows[j] = col < I ? reinterpret_cast<const unsigned short*>(matrix) + (long long)col * H
                             : nullptr;
       } else {
         // kDown: n < H rows of down (stride down_ld); kRouter: n < E router rows (stride H).
-        const int n = blockIdx.y * BLOCK_N + r;
+        const int n = n_block * BLOCK_N + r;
         b_rows[j] = n < (MODE == kDown ? H : E)
                         ? reinterpret_cast<const unsigned short*>(w.down) + (long long)n * w.down_ld
                         : nullptr;

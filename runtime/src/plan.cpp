@@ -33,9 +33,12 @@ WorkspaceLayout workspace_layout(const MoeConfig& c, std::int64_t max_tokens, in
   l.logits = take(sizeof(float) * T * E * (router.block_m == 0 ? 1 : router.split));
   l.topk_ids = take(sizeof(int) * T * k);
   l.topk_weights = take(sizeof(float) * T * k);
-  // The tile counters follow the expert counts, so that one memset zeroes both.
-  l.counts = take(sizeof(int) * (E + 2));
+  // The counters follow the expert counts, so that one memset zeroes them all.
+  l.zeroed_ints = std::size_t(E + 3 + l.max_blocks);
+  l.counts = take(sizeof(int) * l.zeroed_ints);
   l.tile_counters = l.counts + sizeof(int) * E;
+  l.decode_ticket = l.tile_counters + sizeof(int) * 2;
+  l.gate_up_done = l.decode_ticket + sizeof(int);
   l.fill = take(sizeof(int) * (E + S));
   l.padded_offsets = take(sizeof(int) * (E + S + 1));
   l.block_expert = take(sizeof(int) * l.max_blocks);

@@ -20,8 +20,11 @@ struct WorkspaceLayout {
   std::size_t logits = 0;          // float (T, E)
   std::size_t topk_ids = 0;        // int (T, k)
   std::size_t topk_weights = 0;    // float (T, k)
-  std::size_t counts = 0;          // int (E), then the two tile counters
+  std::size_t counts = 0;          // int (E), then the counters below: one memset zeroes all
   std::size_t tile_counters = 0;   // int (2): the TMA grouped GEMMs' next tile (gate/up, down)
+  std::size_t decode_ticket = 0;   // int (1): the fused decode GEMM's next work item
+  std::size_t gate_up_done = 0;    // int (max_blocks): its finished gate/up tiles a row block
+  std::size_t zeroed_ints = 0;     // ints from `counts` zeroed before each forward
   std::size_t fill = 0;            // int (E + S)
   std::size_t padded_offsets = 0;  // int (E + S + 1)
   std::size_t block_expert = 0;    // int (max_blocks)

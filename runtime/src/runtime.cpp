@@ -123,7 +123,7 @@ LaunchPlan MoeRuntime::Impl::build_plan(const Bucket& bucket, const GemmTile& ti
     // block's A rows this many tiles apart: small enough for both to stay in L2 (tile_of in
     // grouped_gemm_sm90_ws.cuh).
     plan.tile_band = tile_band > 0 ? tile_band : kDefaultTileBand;
-  } else if (!plan.tile.gemv && plan.tile.sm == 80) {
+  } else if (!plan.tile.gemv && !plan.tile.fused && plan.tile.sm == 80) {
     plan.shared_prefetch = shared_prefetch_bytes(plan);
   }
   return plan;
@@ -173,7 +173,7 @@ void MoeRuntime::Impl::enqueue_routing(const LaunchPlan& plan, const void* x, in
   auto ptr = [ws](std::size_t offset) { return reinterpret_cast<void*>(ws + offset); };
   const std::int64_t E = c.n_routed_experts;
 
-  RT_MOE_CALL(cuMemsetD32Async, ws + l.counts, 0, std::size_t(E + 2), stream);  // + tile counters
+  RT_MOE_CALL(cuMemsetD32Async, ws + l.counts, 0, l.zeroed_ints, stream);  // + the counters
 
   // The router follows the memset, not a kernel, so it launches serially (a programmatic edge
   // only relaxes a kernel-to-kernel dependency); each later stage overlaps its launch with the
@@ -281,6 +281,11 @@ void MoeRuntime::Impl::enqueue(const LaunchPlan& plan, const void* x, void* out,
     tma_down.band = plan.tile_band;
     launch(*plan.down, {std::min(row_groups * down_cols, plan.gemm_ctas)}, tma_down, stream, order,
            cluster);
+  } else if (plan.tile.fused) {
+    // Both GEMMs in one kernel, a block a work item (grouped_gemm_decode.cuh).
+    DecodeParams decode{gate_up, down, static_cast<int*>(ptr(l.decode_ticket)),
+                        static_cast<int*>(ptr(l.gate_up_done))};
+    launch(*plan.gate_up, {unsigned(blocks) * (gate_up_cols + down_cols)}, decode, stream, order);
   } else {
     launch(*plan.gate_up, {unsigned(blocks), gate_up_cols}, gate_up, stream, order);
     launch(*plan.down, {unsigned(blocks), down_cols}, down, stream, order);

@@ -13,6 +13,8 @@ const char* dtype_tag(DType dtype) { return dtype == DType::kF16 ? "rt_moe::F16"
 
 std::string GemmTile::describe() const {
   if (gemv) return fmt::format("gemv r{} w{} s{}", block_m, warps_m, stages);
+  if (fused)
+    return fmt::format("fused {}x{}x{} w1x{} s{}", block_m, block_n, block_k, warps_n, stages);
   if (swap) return fmt::format("sm90swap {}x{}x{} s{}", block_m, block_n, block_k, stages);
   if (sm == 90 && ws) {
     return fmt::format("sm90ws {}x{}x{} wg{} s{}{}", block_m, block_n, block_k, warps_m, stages,
@@ -54,6 +56,13 @@ GemmTile gemv_tile(int rows, int warps, int stages) {
   t.warps_n = 1;
   t.stages = stages;
   t.gemv = true;
+  return t;
+}
+
+// A fused decode tile (grouped_gemm_decode.cuh): 16 rows, `block_n` B rows, `warps` warps.
+GemmTile fused_tile(int block_n, int warps, int stages) {
+  GemmTile t{16, block_n, 64, 1, warps, stages, 80};
+  t.fused = true;
   return t;
 }
 
@@ -116,8 +125,10 @@ std::vector<GemmTile> candidate_tiles(const MoeConfig& c, long long max_tokens,
                                swap_tile(64, 5)});
   }
   // The GEMV re-reads the weights (from L2) for every row block of an expert: a candidate while
-  // the average expert fills one or two blocks.
+  // the average expert fills one or two blocks. The fused decode kernel: one stream of weights.
   if (rows_per_expert(c, max_tokens) <= 16) {
+    space.push_back(fused_tile(128, 4, 4));
+    space.push_back(fused_tile(64, 4, 8));
     for (int warps : {4, 8}) {
       for (int stages : {1, 2}) {
         space.push_back(gemv_tile(8, warps, stages));
@@ -235,6 +246,14 @@ KernelSpec scatter_spec(const MoeConfig& c) {
 }
 
 KernelSpec gemm_spec(const MoeConfig& c, GemmStage stage, const GemmTile& t) {
+  if (t.fused) {
+    // One kernel for both stages: the plan launches it once (runtime.cpp).
+    return {"grouped_gemm_decode", "grouped_gemm_decode.cuh",
+            fmt::format("rt_moe::GroupedGemmDecode<{}, {}, {}, {}, {}, {}, {}, {}, {}>",
+                        dtype_tag(c.dtype), c.d_hidden, c.d_expert, c.n_routed_experts,
+                        c.n_shared_experts, c.top_k, t.block_n, t.warps_n, t.stages),
+            "rt_moe::DecodeParams"};
+  }
   if (t.gemv) {
     KernelSpec spec{"grouped_gemv", "grouped_gemv.cuh",
                     fmt::format("rt_moe::GroupedGemv<{}, {}, {}, {}, {}, {}, {}, {}, {}, {}>",

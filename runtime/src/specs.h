@@ -33,6 +33,9 @@ struct GemmTile {
   // sm = 90, ws: the swapped-operand kernel of grouped_gemm_sm90_swap.cuh (block_m token rows as
   // wgmma's N, block_n = 256 weight rows as M, two consumer warpgroups).
   bool swap = false;
+  // sm = 80, block_m = 16, warps_m = 1: gate/up and down in one kernel, work items from a ticket
+  // counter (grouped_gemm_decode.cuh).
+  bool fused = false;
   // The tensor-core gating GEMM only (router_tile): K split over this many blocks (gridDim.z),
   // each writing fp32 partial logits that the top-k kernel sums in split order.
   int split = 1;

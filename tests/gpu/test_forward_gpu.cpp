@@ -336,6 +336,26 @@ TEST_CASE("every decode GEMV tile matches the reference (odd shapes, S = 0 and 2
   }
 }
 
+TEST_CASE("every fused decode tile matches the reference (odd shapes, S = 0 and 2, bf16 and fp16)",
+          "[forward]") {
+  // Gate/up and down in one kernel, work items from a ticket (grouped_gemm_decode.cuh). The GEMV
+  // case's shapes: partial K steps and column blocks; T = 13 and 40 (k = 4, E = 16) put several
+  // row blocks on some experts, so down tiles wait on gate/up tiles of other blocks.
+  for (const char* tile : {"fused 16x128x64 w1x4 s4", "fused 16x64x64 w1x4 s8"}) {
+    for (std::int64_t shared : {0, 2}) {
+      for (int d = 0; d < 2; ++d) {
+        RuntimeOptions options;
+        options.tile = tile;
+        Fixture f(make_config(1032, shared == 0 ? 200 : 136, 16, shared, 4, dtype_of(d)),
+                  95 + shared + d, options);
+        INFO(tile << ", S = " << shared << ", dtype " << d);
+        for (std::int64_t tokens : {1, 2, 13}) f.check(tokens, 750 + tokens, tile);
+        if (shared == 0) f.check(40, 790, tile);
+      }
+    }
+  }
+}
+
 }  // namespace rt_moe::test
 
 namespace rt_moe::test {
