@@ -202,10 +202,10 @@ TEST_CASE("tools: rt_moe_bench without a GPU exits 1 and says so, bad flags exit
 
 TEST_CASE("tools: the benchmark's read kernel (bench.cuh) compiles for sm_90a", "[tools][nvrtc]") {
   // The specs rt_moe_bench's HBM ceiling uses (tools/bench_ceilings.cpp): plain and evict-first
-  // loads.
-  for (const char* evict_first : {"false", "true"}) {
+  // loads, 4 and 8 in flight a thread.
+  for (const char* variant : {"4, false", "4, true", "8, false", "8, true"}) {
     const KernelSpec spec{"bench", "bench.cuh",
-                          std::string("rt_moe::ReadBandwidth<256, 4, ") + evict_first + ">",
+                          std::string("rt_moe::ReadBandwidth<256, ") + variant + ">",
                           "rt_moe::ReadParams"};
     const std::string cubin = compile_for_sm90a(spec);
     CHECK(cubin.compare(0, 4,
