@@ -3,16 +3,21 @@
 // loads streamed at 98% of the 4 GiB read rate, two kernels of 528 and 264 MiB at 83-87%
 // (docs/PERF.md 9d), and DeepSeek-V3 at T = 1 reads 792 MB.
 //
-// Work items, in ticket order: every (row block, column block) of gate/up, row block by row block,
-// then every (row block, column block) of down in the same order. A block takes one ticket from a
-// counter (zeroed with the expert counts before the forward) and does that item:
+// Work items, in ticket order (a block takes one ticket from a counter, zeroed with the expert
+// counts before the routing, and does that item):
+//   1. the shared expert's gate/up tiles, 2. its down tiles, 3. the routed experts' gate/up tiles,
+//      4. their down tiles; each group row block by row block, column blocks fastest.
+// The shared expert's rows do not depend on the routing (every token, in token order: a table of
+// its pairs written at plan time, its own h rows), so items 1 and 2 run before the dependency
+// wait, while the routing kernels still run; items 3 and 4 wait for them.
 //   - gate/up: GroupedGemmSm80<kGateUp>::tile, then every thread fences its h stores and the
 //     block adds one to its row block's count of finished gate/up tiles;
 //   - down: thread 0 waits (acquire) until its row block's count reaches the gate/up column
 //     blocks, then the block runs GroupedGemmSm80<kDown>::tile, which reads h through L2
 //     (cp.async.cg).
 // No deadlock: a block takes its ticket only once it runs, so every gate/up ticket below a
-// waiting down ticket belongs to a block that runs or ran, and gate/up items wait for nothing.
+// waiting down ticket belongs to a block that runs or ran, and gate/up items wait for nothing
+// but the routing kernels, which never wait for this one.
 #pragma once
 
 #include "grouped_gemm_sm80.cuh"
@@ -36,29 +41,61 @@ struct GroupedGemmDecode {
     return v;
   }
 
-  static __device__ void run(const DecodeParams& p) {
-    grid_dependency_trigger();  // the next kernel may launch now; it waits for this one
-    grid_dependency_wait();
-    extern __shared__ __align__(128) unsigned char smem[];
-    __shared__ int ticket;
-    if (threadIdx.x == 0) ticket = atomicAdd(p.ticket, 1);
-    __syncthreads();
-    const int t = ticket;
-    const int blocks = *p.gate_up.num_blocks;
-    const int gate_up_items = blocks * kGateUpCols;
-    if (t < gate_up_items) {
-      const int m = t / kGateUpCols;
-      GateUp::tile(p.gate_up, m, t % kGateUpCols, smem);
-      __threadfence();  // this thread's h stores, before the count below
-      __syncthreads();
-      if (threadIdx.x == 0) atomicAdd(p.gate_up_done + m, 1);
-    } else if (t < gate_up_items + blocks * kDownCols) {
-      const int item = t - gate_up_items, m = item / kDownCols;
+  // Item `item` of a group of `rows` row blocks x `cols` column blocks: gate/up tiles count
+  // themselves in done[m], down tiles wait for done[m] == kGateUpCols.
+  template <typename Gemm, bool GATE_UP>
+  static __device__ __forceinline__ void item(const GemmParams& g, int m, int n, int* done,
+                                              unsigned char* smem) {
+    if (!GATE_UP) {
       if (threadIdx.x == 0) {
-        while (load_acquire(p.gate_up_done + m) < kGateUpCols) __nanosleep(128);
+        while (load_acquire(done + m) < kGateUpCols) __nanosleep(128);
       }
       __syncthreads();
-      Down::tile(p.down, m, item % kDownCols, smem);
+    }
+    Gemm::tile(g, m, n, smem);
+    if (GATE_UP) {
+      __threadfence();  // this thread's h stores, before the count below
+      __syncthreads();
+      if (threadIdx.x == 0) atomicAdd(done + m, 1);
+    }
+  }
+
+  static __device__ void run(const DecodeParams& p) {
+    grid_dependency_trigger();  // the next kernel may launch now; it waits for this one
+    extern __shared__ __align__(128) unsigned char smem[];
+    __shared__ int ticket;
+    // The counter was zeroed before the routing kernels, which ran before this launch.
+    if (threadIdx.x == 0) ticket = atomicAdd(p.ticket, 1);
+    __syncthreads();
+    int t = ticket;
+    // The shared expert: chunk j's row blocks j * shared_chunk_blocks + b, b < ceil(T / 16).
+    const int chunk_blocks = (p.gate_up.tokens + 15) / 16;
+    const int shared_rows = S * chunk_blocks;
+    auto shared_block = [&](int index) {
+      return index / chunk_blocks * p.shared_chunk_blocks + index % chunk_blocks;
+    };
+    if (t < shared_rows * kGateUpCols) {
+      item<GateUp, true>(p.shared_gate_up, shared_block(t / kGateUpCols), t % kGateUpCols,
+                         p.shared_done, smem);
+      return;
+    }
+    t -= shared_rows * kGateUpCols;
+    if (t < shared_rows * kDownCols) {
+      item<Down, false>(p.shared_down, shared_block(t / kDownCols), t % kDownCols, p.shared_done,
+                        smem);
+      return;
+    }
+    t -= shared_rows * kDownCols;
+    grid_dependency_wait();  // the routing and the dispatch
+    // The routed experts' row blocks come first in the sorted order, the shared chunks last.
+    const int routed = *p.gate_up.num_blocks - shared_rows;
+    if (t < routed * kGateUpCols) {
+      item<GateUp, true>(p.gate_up, t / kGateUpCols, t % kGateUpCols, p.gate_up_done, smem);
+      return;
+    }
+    t -= routed * kGateUpCols;
+    if (t < routed * kDownCols) {
+      item<Down, false>(p.down, t / kDownCols, t % kDownCols, p.gate_up_done, smem);
     }
   }
 };

@@ -190,7 +190,7 @@ struct GroupedGemmSm80 {
           }
         } else {
           const int pair = p.sorted_rows[row];
-          if (pair >= 0) {
+          if (pair >= 0 && pair / kSlots < p.tokens) {
             const float weight = pair_weight<K, kSlots>(p, pair);
 #pragma unroll
             for (int ni = 0; ni < kFragsN; ++ni) {

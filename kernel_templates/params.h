@@ -81,8 +81,15 @@ struct GemmParams {
 struct DecodeParams {
   GemmParams gate_up;
   GemmParams down;
-  int* ticket;        // (1)
-  int* gate_up_done;  // (max_blocks)
+  // The shared expert's chunks, which do not depend on the routing: the same GEMMs over a table
+  // of their rows (sorted_rows: chunk j's row r is pair r (k + S) + k + j, written at plan time
+  // for the bucket's most tokens; block_expert; num_blocks) and their own h rows.
+  GemmParams shared_gate_up;
+  GemmParams shared_down;
+  int shared_chunk_blocks;  // row blocks a chunk takes in the table (the bucket's most tokens)
+  int* ticket;              // (1)
+  int* gate_up_done;        // (max_blocks) finished gate/up tiles of each routed row block
+  int* shared_done;         // (S * shared_chunk_blocks) the same for the shared rows
 };
 
 // A CUDA tensor map (CUtensorMap: 128 opaque bytes, 128-byte aligned as in cuda.h), encoded on the

@@ -86,10 +86,12 @@ struct TileLoader {
       if (MODE == kRouter) {
         a_rows[j] = m0 + r < p.tokens ? fallback + (long long)(m0 + r) * H : nullptr;
       } else {
+        // A pair of a token past p.tokens is padding too (the fused decode kernel's table of the
+        // shared expert's rows is written for the bucket's most tokens).
         const int pair = p.sorted_rows[m0 + r];
         const long long row =
             MODE == kGateUp ? (long long)(pair / SLOTS) * H : (long long)(m0 + r) * I;
-        a_rows[j] = pair >= 0 ? fallback + row : nullptr;
+        a_rows[j] = pair >= 0 && pair / SLOTS < p.tokens ? fallback + row : nullptr;
       }
     }
 #pragma unroll

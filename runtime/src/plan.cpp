@@ -15,7 +15,8 @@ std::int64_t max_row_blocks(const MoeConfig& c, std::int64_t tokens, int block_m
   return (pairs + block_m - 1) / block_m + std::min(experts, pairs);
 }
 
-WorkspaceLayout workspace_layout(const MoeConfig& c, std::int64_t max_tokens, int block_m) {
+WorkspaceLayout workspace_layout(const MoeConfig& c, std::int64_t max_tokens, int block_m,
+                                 bool fused) {
   WorkspaceLayout l;
   const std::int64_t T = max_tokens, E = c.n_routed_experts, S = c.n_shared_experts;
   const std::int64_t k = c.top_k, slots = k + S;
@@ -34,17 +35,21 @@ WorkspaceLayout workspace_layout(const MoeConfig& c, std::int64_t max_tokens, in
   l.topk_ids = take(sizeof(int) * T * k);
   l.topk_weights = take(sizeof(float) * T * k);
   // The counters follow the expert counts, so that one memset zeroes them all.
-  l.zeroed_ints = std::size_t(E + 3 + l.max_blocks);
+  l.shared_chunk_blocks = fused ? (T + 15) / 16 : 0;
+  l.zeroed_ints = std::size_t(E + 3 + l.max_blocks + S * l.shared_chunk_blocks);
   l.counts = take(sizeof(int) * l.zeroed_ints);
   l.tile_counters = l.counts + sizeof(int) * E;
   l.decode_ticket = l.tile_counters + sizeof(int) * 2;
   l.gate_up_done = l.decode_ticket + sizeof(int);
+  l.shared_done = l.gate_up_done + sizeof(int) * l.max_blocks;
   l.fill = take(sizeof(int) * (E + S));
   l.padded_offsets = take(sizeof(int) * (E + S + 1));
   l.block_expert = take(sizeof(int) * l.max_blocks);
   l.num_blocks = take(sizeof(int));
   l.sorted_rows = take(sizeof(int) * l.max_rows);
   l.h = take(std::size_t(dtype_bytes(c.dtype)) * l.max_rows * c.d_expert);
+  l.shared_h =
+      take(std::size_t(dtype_bytes(c.dtype)) * S * l.shared_chunk_blocks * 16 * c.d_expert);
   l.y = take(sizeof(float) * T * slots * c.d_hidden);
   l.bytes = at;
   return l;

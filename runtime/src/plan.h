@@ -24,6 +24,7 @@ struct WorkspaceLayout {
   std::size_t tile_counters = 0;   // int (2): the TMA grouped GEMMs' next tile (gate/up, down)
   std::size_t decode_ticket = 0;   // int (1): the fused decode GEMM's next work item
   std::size_t gate_up_done = 0;    // int (max_blocks): its finished gate/up tiles a row block
+  std::size_t shared_done = 0;     // int (S * shared_chunk_blocks): the same, shared rows
   std::size_t zeroed_ints = 0;     // ints from `counts` zeroed before each forward
   std::size_t fill = 0;            // int (E + S)
   std::size_t padded_offsets = 0;  // int (E + S + 1)
@@ -31,15 +32,21 @@ struct WorkspaceLayout {
   std::size_t num_blocks = 0;      // int (1)
   std::size_t sorted_rows = 0;     // int (max_rows)
   std::size_t h = 0;               // dtype (max_rows, I)
-  std::size_t y = 0;               // fp32 (T * (k + S), H)
-  std::size_t bytes = 0;           // total
+  // The fused decode GEMM only (else 0): the shared expert's own h rows, 16-row blocks for the
+  // bucket's most tokens, shared_chunk_blocks of them a chunk.
+  std::int64_t shared_chunk_blocks = 0;
+  std::size_t shared_h = 0;  // dtype (S * shared_chunk_blocks * 16, I)
+  std::size_t y = 0;         // fp32 (T * (k + S), H)
+  std::size_t bytes = 0;     // total
 };
 
 // Row blocks needed in the worst case for `tokens`: every pair, plus one partial block for each
 // expert that can be non-empty.
 std::int64_t max_row_blocks(const MoeConfig& config, std::int64_t tokens, int block_m);
 
-WorkspaceLayout workspace_layout(const MoeConfig& config, std::int64_t max_tokens, int block_m);
+// `fused`: with the fused decode GEMM's shared rows and counters (GemmTile::fused).
+WorkspaceLayout workspace_layout(const MoeConfig& config, std::int64_t max_tokens, int block_m,
+                                 bool fused = false);
 
 struct LaunchPlan {
   Bucket bucket;
@@ -56,6 +63,9 @@ struct LaunchPlan {
   unsigned gemm_ctas = 0;   // persistent grid of the TMA grouped GEMMs (tile.ws): blocks that fit
   int tile_band = 0;        // their tile order: row blocks per band (GemmTmaParams::band)
   int shared_prefetch = 0;  // GemmParams::shared_prefetch of the gate/up launch
+  // The fused decode GEMM's table of the shared expert's rows (DecodeParams): the row block
+  // count, the expert of each row block, then the pair of each row.
+  driver::DeviceBuffer shared_table;
 };
 
 }  // namespace rt_moe

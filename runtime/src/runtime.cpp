@@ -95,7 +95,26 @@ LaunchPlan MoeRuntime::Impl::build_plan(const Bucket& bucket, const GemmTile& ti
   plan.gate_up = loaded[4];
   plan.down = loaded[5];
   plan.combine = loaded[6];
-  plan.layout = workspace_layout(config, bucket.max_tokens, plan.tile.block_m);
+  plan.layout = workspace_layout(config, bucket.max_tokens, plan.tile.block_m, plan.tile.fused);
+  if (plan.tile.fused && config.n_shared_experts > 0) {
+    // The shared expert's rows for the fused decode GEMM: chunk j's row blocks j * chunk_blocks
+    // + b, its row r the pair of token r (rows of tokens past a forward's count are skipped).
+    const std::int64_t S = config.n_shared_experts, slots = config.top_k + S;
+    const std::int64_t chunk_blocks = plan.layout.shared_chunk_blocks;
+    std::vector<int> table(1 + S * chunk_blocks + S * chunk_blocks * 16);
+    table[0] = int(S * chunk_blocks);
+    for (std::int64_t j = 0; j < S; ++j) {
+      for (std::int64_t b = 0; b < chunk_blocks; ++b) {
+        table[1 + j * chunk_blocks + b] = int(config.n_routed_experts + j);
+      }
+      for (std::int64_t r = 0; r < chunk_blocks * 16; ++r) {
+        table[1 + S * chunk_blocks + j * chunk_blocks * 16 + r] = int(r * slots + config.top_k + j);
+      }
+    }
+    driver::ScopedContext scope(context.get());
+    plan.shared_table = driver::DeviceBuffer(table.size() * sizeof(int));
+    plan.shared_table.upload(table.data(), table.size() * sizeof(int));
+  }
   if (plan.tile.ws) {
     // Persistent grid: as many blocks (clusters) as can be resident at once.
     const Kernel& k = *plan.gate_up;
@@ -283,8 +302,25 @@ void MoeRuntime::Impl::enqueue(const LaunchPlan& plan, const void* x, void* out,
            cluster);
   } else if (plan.tile.fused) {
     // Both GEMMs in one kernel, a block a work item (grouped_gemm_decode.cuh).
-    DecodeParams decode{gate_up, down, static_cast<int*>(ptr(l.decode_ticket)),
-                        static_cast<int*>(ptr(l.gate_up_done))};
+    DecodeParams decode{};
+    decode.gate_up = gate_up;
+    decode.down = down;
+    decode.shared_chunk_blocks = int(l.shared_chunk_blocks);
+    if (c.n_shared_experts > 0) {
+      const int* table = plan.shared_table.as<const int>();
+      const std::int64_t rows = c.n_shared_experts * l.shared_chunk_blocks;
+      decode.shared_gate_up = gate_up;
+      decode.shared_gate_up.num_blocks = table;
+      decode.shared_gate_up.block_expert = table + 1;
+      decode.shared_gate_up.sorted_rows = table + 1 + rows;
+      decode.shared_gate_up.out = ptr(l.shared_h);
+      decode.shared_down = decode.shared_gate_up;
+      decode.shared_down.a = ptr(l.shared_h);
+      decode.shared_down.out = ptr(l.y);
+    }
+    decode.ticket = static_cast<int*>(ptr(l.decode_ticket));
+    decode.gate_up_done = static_cast<int*>(ptr(l.gate_up_done));
+    decode.shared_done = static_cast<int*>(ptr(l.shared_done));
     launch(*plan.gate_up, {unsigned(blocks) * (gate_up_cols + down_cols)}, decode, stream, order);
   } else {
     launch(*plan.gate_up, {unsigned(blocks), gate_up_cols}, gate_up, stream, order);
