@@ -1,7 +1,7 @@
 // The decode forward's two expert GEMMs in one kernel (mma.sync tiles of grouped_gemm_sm80.cuh),
-// so that the weights stream as one read: on the H200 one kernel reading 792 MiB with evict-first
-// loads streamed at 98% of the 4 GiB read rate, two kernels of 528 and 264 MiB at 83-87%
-// (docs/PERF.md 9d), and DeepSeek-V3 at T = 1 reads 792 MB.
+// so that the weights stream as one read: on the H200 one read kernel over 792 MiB streamed at
+// 98-99% of the 4 GiB read rate, two kernels of 528 and 264 MiB at 83-87% (docs/PERF.md 9d), and
+// DeepSeek-V3 at T = 1 reads 792 MB.
 //
 // Work items, in ticket order (a block takes one ticket from a counter, zeroed with the expert
 // counts before the routing, and does that item):
