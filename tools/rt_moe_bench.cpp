@@ -351,8 +351,12 @@ int bench(const Options& options) {
     for (std::size_t mb : {264, 528, 792, 1584}) {
       const Ceiling c = measure_hbm_read(kernels, device, stream.get(), 20, mb << 20);
       std::printf(
-          "diagnostic: HBM read of %zu MiB in one kernel: %.0f GB/s (%.0f%% of the ceiling)\n", mb,
+          "diagnostic: HBM read of %zu MiB in one kernel: %.0f GB/s (%.0f%% of the ceiling)", mb,
           c.value / 1e9, 100 * c.value / hbm.value);
+      for (const Ceiling::Variant& v : c.variants) {
+        std::printf("; %s %.0f", v.name.c_str(), v.value / 1e9);
+      }
+      std::printf("\n");
     }
   }
   gemm = measure_gemm_rate(config.dtype, stream.get());
