@@ -55,4 +55,19 @@ WorkspaceLayout workspace_layout(const MoeConfig& c, std::int64_t max_tokens, in
   return l;
 }
 
+std::vector<int> shared_rows_table(const MoeConfig& c, std::int64_t chunk_blocks) {
+  const std::int64_t S = c.n_shared_experts, slots = c.top_k + S, blocks = S * chunk_blocks;
+  std::vector<int> table(1 + blocks + blocks * 16);
+  table[0] = int(blocks);
+  for (std::int64_t j = 0; j < S; ++j) {
+    for (std::int64_t b = 0; b < chunk_blocks; ++b) {
+      table[1 + j * chunk_blocks + b] = int(c.n_routed_experts + j);
+    }
+    for (std::int64_t r = 0; r < chunk_blocks * 16; ++r) {
+      table[1 + blocks + j * chunk_blocks * 16 + r] = int(r * slots + c.top_k + j);
+    }
+  }
+  return table;
+}
+
 }  // namespace rt_moe

@@ -5,6 +5,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "bucket.h"
 #include "kernels.h"
@@ -47,6 +48,12 @@ std::int64_t max_row_blocks(const MoeConfig& config, std::int64_t tokens, int bl
 // `fused`: with the fused decode GEMM's shared rows and counters (GemmTile::fused).
 WorkspaceLayout workspace_layout(const MoeConfig& config, std::int64_t max_tokens, int block_m,
                                  bool fused = false);
+
+// The fused decode GEMM's table of the shared expert's rows (LaunchPlan::shared_table): the row
+// block count S * chunk_blocks, the expert (E + j) of each row block, then the pair of each row:
+// chunk j's row r is token r's pair r (k + S) + k + j (rows of tokens past a forward's count are
+// skipped by the kernels).
+std::vector<int> shared_rows_table(const MoeConfig& config, std::int64_t chunk_blocks);
 
 struct LaunchPlan {
   Bucket bucket;

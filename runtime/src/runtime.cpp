@@ -97,20 +97,7 @@ LaunchPlan MoeRuntime::Impl::build_plan(const Bucket& bucket, const GemmTile& ti
   plan.combine = loaded[6];
   plan.layout = workspace_layout(config, bucket.max_tokens, plan.tile.block_m, plan.tile.fused);
   if (plan.tile.fused && config.n_shared_experts > 0) {
-    // The shared expert's rows for the fused decode GEMM: chunk j's row blocks j * chunk_blocks
-    // + b, its row r the pair of token r (rows of tokens past a forward's count are skipped).
-    const std::int64_t S = config.n_shared_experts, slots = config.top_k + S;
-    const std::int64_t chunk_blocks = plan.layout.shared_chunk_blocks;
-    std::vector<int> table(1 + S * chunk_blocks + S * chunk_blocks * 16);
-    table[0] = int(S * chunk_blocks);
-    for (std::int64_t j = 0; j < S; ++j) {
-      for (std::int64_t b = 0; b < chunk_blocks; ++b) {
-        table[1 + j * chunk_blocks + b] = int(config.n_routed_experts + j);
-      }
-      for (std::int64_t r = 0; r < chunk_blocks * 16; ++r) {
-        table[1 + S * chunk_blocks + j * chunk_blocks * 16 + r] = int(r * slots + config.top_k + j);
-      }
-    }
+    const std::vector<int> table = shared_rows_table(config, plan.layout.shared_chunk_blocks);
     driver::ScopedContext scope(context.get());
     plan.shared_table = driver::DeviceBuffer(table.size() * sizeof(int));
     plan.shared_table.upload(table.data(), table.size() * sizeof(int));

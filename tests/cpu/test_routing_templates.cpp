@@ -102,6 +102,30 @@ TEST_CASE("routing: the workspace holds every part of the gating GEMM's K split"
   }
 }
 
+TEST_CASE("the fused decode GEMM's table of the shared rows: every chunk's tokens in order",
+          "[routing]") {
+  MoeConfig c = preset("deepseek-v3").moe;
+  c.n_shared_experts = 2;
+  const long long slots = c.top_k + 2, chunk_blocks = 3;  // up to 48 tokens a chunk
+  const std::vector<int> table = shared_rows_table(c, chunk_blocks);
+  REQUIRE(table.size() == std::size_t(1 + 2 * chunk_blocks * 17));
+  CHECK(table[0] == 2 * chunk_blocks);
+  for (long long j = 0; j < 2; ++j) {
+    for (long long b = 0; b < chunk_blocks; ++b) {
+      CHECK(table[1 + j * chunk_blocks + b] == c.n_routed_experts + j);
+    }
+    for (long long r = 0; r < chunk_blocks * 16; ++r) {
+      // Row block m = j * chunk_blocks + b holds rows [16 m, 16 m + 16): token 16 b + r % 16.
+      const int pair = table[1 + 2 * chunk_blocks + j * chunk_blocks * 16 + r];
+      CHECK(pair / slots == r);
+      CHECK(pair % slots == c.top_k + j);
+    }
+  }
+  const WorkspaceLayout fused = workspace_layout(c, 48, 16, true);
+  CHECK(fused.shared_chunk_blocks == chunk_blocks);
+  CHECK(workspace_layout(c, 48, 16).shared_chunk_blocks == 0);
+}
+
 TEST_CASE("routing: the Topk instance spells every knob, and equivalent configs share one",
           "[nvrtc]") {
   const MoeConfig v3 = preset("deepseek-v3").moe;
