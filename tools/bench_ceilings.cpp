@@ -34,6 +34,14 @@ KernelSpec read_spec(bool evict_first, int unroll = kReadUnrolls[0]) {
           "rt_moe::ReadParams"};
 }
 
+// The read kernel's grid: as many blocks as fit on the GPU at once.
+unsigned read_blocks(const Kernel& kernel, const driver::DeviceInfo& device) {
+  int blocks_per_sm = 0;
+  RT_MOE_CALL(cuOccupancyMaxActiveBlocksPerMultiprocessor, &blocks_per_sm, kernel.function,
+              kernel.threads, std::size_t(kernel.smem_bytes));
+  return unsigned(std::max(1, blocks_per_sm) * device.sm_count);
+}
+
 // Times `body` (enqueued on `stream`) between two events, `iters` times after kWarmup untimed
 // runs; returns the median in milliseconds.
 template <typename Body>
@@ -128,10 +136,7 @@ Ceiling measure_hbm_read(KernelCache& kernels, const driver::DeviceInfo& device,
        {std::pair{false, kReadUnrolls[0]}, std::pair{true, kReadUnrolls[0]},
         std::pair{false, kReadUnrolls[1]}, std::pair{true, kReadUnrolls[1]}}) {
     const Kernel& kernel = kernels.get(read_spec(evict_first, unroll));
-    int blocks_per_sm = 0;
-    RT_MOE_CALL(cuOccupancyMaxActiveBlocksPerMultiprocessor, &blocks_per_sm, kernel.function,
-                kernel.threads, std::size_t(kernel.smem_bytes));
-    const unsigned blocks = unsigned(std::max(1, blocks_per_sm) * device.sm_count);
+    const unsigned blocks = read_blocks(kernel, device);
     driver::DeviceBuffer block_sums(blocks * sizeof(unsigned));
     ReadParams params{data.as<const void>(), (long long)(bytes / 16), block_sums.as<unsigned>()};
     const double ms =
@@ -210,10 +215,7 @@ Ceiling measure_gemm_rate(DType dtype, CUstream stream, int iters) {
 L2Flush::L2Flush(CUcontext context, const std::string& arch, const driver::DeviceInfo& device)
     : kernels_(context, arch), scratch_(std::size_t(256) << 20) {
   kernel_ = &kernels_.get(read_spec(false));
-  int blocks_per_sm = 0;
-  RT_MOE_CALL(cuOccupancyMaxActiveBlocksPerMultiprocessor, &blocks_per_sm, kernel_->function,
-              kernel_->threads, std::size_t(kernel_->smem_bytes));
-  blocks_ = unsigned(std::max(1, blocks_per_sm) * device.sm_count);
+  blocks_ = read_blocks(*kernel_, device);
   block_sums_ = driver::DeviceBuffer(blocks_ * sizeof(unsigned));
   // Written once, so the reads below are of defined bytes.
   RT_MOE_CALL(cuMemsetD32Async, scratch_.get(), 0x3f803f80u, scratch_.bytes() / 4, nullptr);
