@@ -73,13 +73,33 @@ TEST_CASE("the swapped-operand tile: the default from 17 to 64 and 129 to 256 ro
   for (const GemmTile& t : candidate_tiles(c, 64, "sm_90a", 227 * 1024)) CHECK_FALSE(t.swap);
 }
 
-TEST_CASE("the decode GEMV: a candidate while experts get few rows, never the default", "[nvrtc]") {
+TEST_CASE("decode buckets default to the fused GEMM; the GEMV is a candidate, never the default",
+          "[nvrtc]") {
   MoeConfig c = make_config(7168, 2048, 256, 1, 8, DType::kBF16);
-  // Measured on the H200 no faster than the sm80 16x64 tile at T = 1, 8 and 64 (docs/PERF.md).
-  CHECK(default_tile(c, 1, "sm_90a").describe() == "sm80 16x128x64 w1x4 s4");
-  for (long long tokens : {2LL, 8LL, 16LL, 64LL}) {
+  // Up to 16 rows an expert: gate/up and down in one kernel, measured on the H200 faster than the
+  // two-kernel sm80 16x64 tile at T = 1, 8 and 64; the GEMV no faster than either (docs/PERF.md).
+  for (long long tokens : {1LL, 2LL, 8LL, 16LL, 64LL, 256LL}) {
     INFO(tokens);
-    CHECK(default_tile(c, tokens, "sm_90a").describe() == "sm80 16x64x64 w1x4 s8");
+    const GemmTile tile = default_tile(c, tokens, "sm_90a");
+    CHECK(tile.describe() == "fused 16x64x64 w1x4 s8");
+    // One kernel for both stages.
+    CHECK(gemm_spec(c, GemmStage::kGateUp, tile).source() ==
+          gemm_spec(c, GemmStage::kDown, tile).source());
+  }
+  CHECK_FALSE(default_tile(c, 512, "sm_90a").fused);  // ~18 rows an expert
+  // Every fused candidate compiles, and none is offered past 16 rows an expert.
+  int fused_tiles = 0;
+  for (const GemmTile& tile : candidate_tiles(c, 64, "sm_90a", 227 * 1024)) {
+    if (!tile.fused) continue;
+    ++fused_tiles;
+    const KernelSpec spec = gemm_spec(c, GemmStage::kGateUp, tile);
+    INFO(spec.name());
+    CHECK(spec.family == "grouped_gemm_decode");
+    CHECK(is_elf(compile_for_sm90a(spec)));
+  }
+  CHECK(fused_tiles == 5);
+  for (const GemmTile& tile : candidate_tiles(c, 512, "sm_90a", 227 * 1024)) {
+    CHECK_FALSE(tile.fused);
   }
   // T = 64: ~2.2 rows per expert, still a candidate; T = 4096: ~143, not.
   int gemv_tiles = 0;

@@ -6,6 +6,7 @@
 #include <set>
 
 #include "forward_check.h"
+#include "specs.h"
 
 namespace rt_moe::test {
 namespace {
@@ -341,7 +342,15 @@ TEST_CASE("every fused decode tile matches the reference (odd shapes, S = 0 and 
   // Gate/up and down in one kernel, work items from a ticket (grouped_gemm_decode.cuh). The GEMV
   // case's shapes: partial K steps and column blocks; T = 13 and 40 (k = 4, E = 16) put several
   // row blocks on some experts, so down tiles wait on gate/up tiles of other blocks.
-  for (const char* tile : {"fused 16x128x64 w1x4 s4", "fused 16x64x64 w1x4 s8"}) {
+  // Every fused tuner candidate of the DeepSeek-V3 decode buckets (its tiles do not depend on the
+  // shape), each on shapes of its own.
+  std::vector<std::string> tiles;
+  for (const GemmTile& t :
+       candidate_tiles(make_config(7168, 2048, 256, 1, 8, DType::kBF16), 8, "sm_90a", 227 * 1024)) {
+    if (t.fused) tiles.push_back(t.describe());
+  }
+  REQUIRE(tiles.size() == 5);
+  for (const std::string& tile : tiles) {
     for (std::int64_t shared : {0, 2}) {
       for (int d = 0; d < 2; ++d) {
         RuntimeOptions options;
@@ -349,8 +358,8 @@ TEST_CASE("every fused decode tile matches the reference (odd shapes, S = 0 and 
         Fixture f(make_config(1032, shared == 0 ? 200 : 136, 16, shared, 4, dtype_of(d)),
                   95 + shared + d, options);
         INFO(tile << ", S = " << shared << ", dtype " << d);
-        for (std::int64_t tokens : {1, 2, 13}) f.check(tokens, 750 + tokens, tile);
-        if (shared == 0) f.check(40, 790, tile);
+        for (std::int64_t tokens : {1, 2, 13}) f.check(tokens, 750 + tokens, tile.c_str());
+        if (shared == 0) f.check(40, 790, tile.c_str());
       }
     }
   }
