@@ -127,8 +127,7 @@ std::vector<GemmTile> candidate_tiles(const MoeConfig& c, long long max_tokens,
   // The GEMV re-reads the weights (from L2) for every row block of an expert: a candidate while
   // the average expert fills one or two blocks. The fused decode kernel: one stream of weights.
   if (rows_per_expert(c, max_tokens) <= 16) {
-    for (int stages : {6, 8, 10}) space.push_back(fused_tile(64, 4, stages));
-    for (int stages : {4, 6}) space.push_back(fused_tile(128, 4, stages));
+    space.insert(space.end(), {fused_tile(64, 4, 8), fused_tile(64, 4, 10), fused_tile(128, 4, 4)});
     for (int warps : {4, 8}) {
       for (int stages : {1, 2}) {
         space.push_back(gemv_tile(8, warps, stages));
@@ -154,12 +153,13 @@ std::vector<GemmTile> candidate_tiles(const MoeConfig& c, long long max_tokens,
 
 GemmTile default_tile(const MoeConfig& c, long long max_tokens, const std::string& arch) {
   const long long rows = rows_per_expert(c, max_tokens);
-  // Up to 16 rows: a stream of weight bytes, both GEMMs in one kernel (grouped_gemm_decode.cuh):
-  // 16 x 64 tiles, 8 stages (56 KB of weights in flight a block, two blocks an SM). On the H200
-  // (2026-12-02, docs/PERF.md 10a) it beat the two-kernel 16x64 s8 tile at every decode T of both
-  // presets: DeepSeek-V3 T = 1 0.2139 -> 0.1942 ms, 8 1.2091 -> 1.1937, 64 4.4739 -> 4.4587;
-  // gpumode T = 1 0.1227 -> 0.1174, 8 0.4070 -> 0.3995, 64 0.6800 -> 0.6757.
-  if (rows <= 16) return fused_tile(64, 4, 8);
+  // Up to 16 rows: a stream of weight bytes. Up to 64 tokens, both GEMMs in one kernel
+  // (grouped_gemm_decode.cuh); past that, and up to 16 rows, two kernels of the same tile: 16 x 64,
+  // 8 stages (56 KB of weights in flight a block, two blocks an SM). H200, 2026-12-02, one call
+  // (docs/PERF.md 10a), fused against two kernels: DeepSeek-V3 T = 1 0.1945 against 0.2139 ms,
+  // 8 1.1928 / 1.2086, 64 4.4677 / 4.4711, but 128 5.0013 / 4.9611 and 256 5.2132 / 5.1628;
+  // gpumode T = 1 0.1171 / 0.1405, 8 0.3993 / 0.4077, 64 0.6759 / 0.6791.
+  if (rows <= 16) return max_tokens <= 64 ? fused_tile(64, 4, 8) : GemmTile{16, 64, 64, 1, 4, 8};
   // 17-64 rows: still weight-bound; the swapped tile of 64 token rows keeps 5 x 32 KB of weights
   // in flight per SM and multiplies only the block's rows rounded up to 16 (DeepSeek-V3 on the
   // H200, same call: T = 512 5.378 ms against 5.477 for sm90ws 64x256 s5, T = 1024 5.561 against
