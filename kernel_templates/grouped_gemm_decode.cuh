@@ -13,9 +13,8 @@
 //   - gate/up: GroupedGemmSm80<kGateUp>::tile, then every thread fences its h stores and the
 //     block adds one to its row block's count of finished gate/up tiles;
 //   - down: thread 0 waits (acquire) until its row block's count reaches the gate/up column
-//     blocks (a block that finds it short first prefetches its tile's weights into L2, so that
-//     the wait keeps HBM busy), then the block runs GroupedGemmSm80<kDown>::tile, which reads h
-//     through L2 (cp.async.cg).
+//     blocks, then the block runs GroupedGemmSm80<kDown>::tile, which reads h through L2
+//     (cp.async.cg).
 // No deadlock: a block takes its ticket only once it runs, so every gate/up ticket below a
 // waiting down ticket belongs to a block that runs or ran, and gate/up items wait for nothing
 // but the routing kernels, which never wait for this one.
@@ -42,37 +41,14 @@ struct GroupedGemmDecode {
     return v;
   }
 
-  // Into L2: the B rows of down tile (m, n), rows n BLOCK_N.. of row block m's expert, all of
-  // K = I, spread over the block's threads. (kLines + 1: a row that does not start on a line
-  // spans one line more; the offsets stop at the row's last byte.)
-  static __device__ __forceinline__ void prefetch_down(const GemmParams& g, int m, int n) {
-    constexpr int kRowBytes = I * 2, kLines = (kRowBytes + 127) / 128 + 1;
-    const ExpertWeights w = g.experts[g.block_expert[m]];
-    const int rows = H - n * BLOCK_N < BLOCK_N ? H - n * BLOCK_N : BLOCK_N;
-    const char* base = static_cast<const char*>(w.down) + (long long)n * BLOCK_N * w.down_ld * 2;
-    for (int i = threadIdx.x; i < rows * kLines; i += kThreads) {
-      const int r = i / kLines, offset = (i % kLines) * 128;
-      prefetch_l2(base + (long long)r * w.down_ld * 2 +
-                  (offset < kRowBytes ? offset : kRowBytes - 1));
-    }
-  }
-
-  // Item (m, n) of a group: gate/up tiles count themselves in done[m], down tiles wait for
-  // done[m] == kGateUpCols. A down tile that has to wait first streams its weights into L2, so
-  // that its wait (the shared expert's down tiles wait out the routing and their gate/up tiles)
-  // keeps HBM busy; its loads then hit L2.
+  // Item `item` of a group of `rows` row blocks x `cols` column blocks: gate/up tiles count
+  // themselves in done[m], down tiles wait for done[m] == kGateUpCols.
   template <typename Gemm, bool GATE_UP>
   static __device__ __forceinline__ void item(const GemmParams& g, int m, int n, int* done,
                                               unsigned char* smem) {
     if (!GATE_UP) {
-      __shared__ int ready;
-      if (threadIdx.x == 0) ready = load_acquire(done + m) >= kGateUpCols;
-      __syncthreads();
-      if (!ready) {
-        prefetch_down(g, m, n);
-        if (threadIdx.x == 0) {
-          while (load_acquire(done + m) < kGateUpCols) __nanosleep(128);
-        }
+      if (threadIdx.x == 0) {
+        while (load_acquire(done + m) < kGateUpCols) __nanosleep(128);
       }
       __syncthreads();
     }
