@@ -15,11 +15,6 @@
 //   - down: thread 0 waits (acquire) until its row block's count reaches the gate/up column
 //     blocks, then the block runs GroupedGemmSm80<kDown>::tile, which reads h through L2
 //     (cp.async.cg).
-// The combine is folded in: after its tile, a down block counts it in its column block's count;
-// the block that counts the last row block's tile (of num_blocks) sums the slots of every token
-// over that column block as the Combine kernel does (combine.cuh: fp32, slots in order, rounded
-// once; the same bits) and writes out. That takes the Combine kernel and its dependent launch off
-// the decode forward.
 // No deadlock: a block takes its ticket only once it runs, so every gate/up ticket below a
 // waiting down ticket belongs to a block that runs or ran, and gate/up items wait for nothing
 // but the routing kernels, which never wait for this one.
@@ -65,45 +60,6 @@ struct GroupedGemmDecode {
     }
   }
 
-  // After down tile (., n): count it; if it is column block n's last, write out's columns of n.
-  static __device__ void combine_after(const DecodeParams& p, int n) {
-    __shared__ int last;
-    __threadfence();  // this thread's y stores, before the count below
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      grid_dependency_wait();  // num_blocks (a shared expert's tile may get here first)
-      last = atomicAdd(p.column_done + n, 1) + 1 == *p.gate_up.num_blocks;
-      __threadfence();  // the counted tiles' y stores, before the loads below
-    }
-    __syncthreads();
-    if (!last) return;
-    constexpr int kSlots = K + S, kChunks = BLOCK_N / 4, kRowChunks = H / 4;  // 4 columns a chunk
-    const int c0 = n * BLOCK_N;
-    const int chunks = (H - c0 < BLOCK_N ? H - c0 : BLOCK_N) / 4;  // H % 8 == 0 (config)
-    for (int i = threadIdx.x; i < p.gate_up.tokens * kChunks; i += kThreads) {
-      const int token = i / kChunks, chunk = i % kChunks;
-      if (chunk >= chunks) continue;
-      // Written by other blocks of this kernel: loads from L2 (.cg), not L1.
-      const float4* y =
-          static_cast<const float4*>(p.y) + (long long)token * kSlots * kRowChunks + c0 / 4 + chunk;
-      float4 v[kSlots];
-#pragma unroll
-      for (int s = 0; s < kSlots; ++s) v[s] = __ldcg(y + (long long)s * kRowChunks);
-      float acc[4] = {0.f, 0.f, 0.f, 0.f};
-#pragma unroll
-      for (int s = 0; s < kSlots; ++s) {
-        acc[0] += v[s].x;
-        acc[1] += v[s].y;
-        acc[2] += v[s].z;
-        acc[3] += v[s].w;
-      }
-      uint2 packed;
-      packed.x = DTypeOps<D>::pack2(acc[0], acc[1]);
-      packed.y = DTypeOps<D>::pack2(acc[2], acc[3]);
-      reinterpret_cast<uint2*>(p.out)[((long long)token * H + c0) / 4 + chunk] = packed;
-    }
-  }
-
   static __device__ void run(const DecodeParams& p) {
     grid_dependency_trigger();  // the next kernel may launch now; it waits for this one
     extern __shared__ __align__(128) unsigned char smem[];
@@ -127,7 +83,6 @@ struct GroupedGemmDecode {
     if (t < shared_rows * kDownCols) {
       item<Down, false>(p.shared_down, shared_block(t / kDownCols), t % kDownCols, p.shared_done,
                         smem);
-      combine_after(p, t % kDownCols);
       return;
     }
     t -= shared_rows * kDownCols;
@@ -141,7 +96,6 @@ struct GroupedGemmDecode {
     t -= routed * kGateUpCols;
     if (t < routed * kDownCols) {
       item<Down, false>(p.down, t / kDownCols, t % kDownCols, p.gate_up_done, smem);
-      combine_after(p, t % kDownCols);
     }
   }
 };

@@ -90,11 +90,6 @@ struct DecodeParams {
   int* ticket;              // (1)
   int* gate_up_done;        // (max_blocks) finished gate/up tiles of each routed row block
   int* shared_done;         // (S * shared_chunk_blocks) the same for the shared rows
-  // The combine, folded in: the down tiles count themselves per column block, and the block that
-  // counts a column block's last tile writes out's columns of it (no Combine kernel).
-  const void* y;     // fp32 (T, k + S, H), as down.out
-  void* out;         // (T, H)
-  int* column_done;  // (ceil(H / BLOCK_N)) finished down tiles of each column block
 };
 
 // A CUDA tensor map (CUtensorMap: 128 opaque bytes, 128-byte aligned as in cuda.h), encoded on the

@@ -36,15 +36,12 @@ WorkspaceLayout workspace_layout(const MoeConfig& c, std::int64_t max_tokens, in
   l.topk_weights = take(sizeof(float) * T * k);
   // The counters follow the expert counts, so that one memset zeroes them all.
   l.shared_chunk_blocks = fused ? (T + 15) / 16 : 0;
-  // The fused GEMM's column blocks: BLOCK_N >= 16.
-  const std::int64_t column_blocks = fused ? (c.d_hidden + 15) / 16 : 0;
-  l.zeroed_ints = std::size_t(E + 3 + l.max_blocks + S * l.shared_chunk_blocks + column_blocks);
+  l.zeroed_ints = std::size_t(E + 3 + l.max_blocks + S * l.shared_chunk_blocks);
   l.counts = take(sizeof(int) * l.zeroed_ints);
   l.tile_counters = l.counts + sizeof(int) * E;
   l.decode_ticket = l.tile_counters + sizeof(int) * 2;
   l.gate_up_done = l.decode_ticket + sizeof(int);
   l.shared_done = l.gate_up_done + sizeof(int) * l.max_blocks;
-  l.column_done = l.shared_done + sizeof(int) * S * l.shared_chunk_blocks;
   l.fill = take(sizeof(int) * (E + S));
   l.padded_offsets = take(sizeof(int) * (E + S + 1));
   l.block_expert = take(sizeof(int) * l.max_blocks);

@@ -26,7 +26,6 @@ struct WorkspaceLayout {
   std::size_t decode_ticket = 0;   // int (1): the fused decode GEMM's next work item
   std::size_t gate_up_done = 0;    // int (max_blocks): its finished gate/up tiles a row block
   std::size_t shared_done = 0;     // int (S * shared_chunk_blocks): the same, shared rows
-  std::size_t column_done = 0;     // int (ceil(H / 16)): its finished down tiles a column block
   std::size_t zeroed_ints = 0;     // ints from `counts` zeroed before each forward
   std::size_t fill = 0;            // int (E + S)
   std::size_t padded_offsets = 0;  // int (E + S + 1)

@@ -308,12 +308,7 @@ void MoeRuntime::Impl::enqueue(const LaunchPlan& plan, const void* x, void* out,
     decode.ticket = static_cast<int*>(ptr(l.decode_ticket));
     decode.gate_up_done = static_cast<int*>(ptr(l.gate_up_done));
     decode.shared_done = static_cast<int*>(ptr(l.shared_done));
-    // The combine is folded in: the last down tile of each column block writes out's columns.
-    decode.y = ptr(l.y);
-    decode.out = out;
-    decode.column_done = static_cast<int*>(ptr(l.column_done));
     launch(*plan.gate_up, {unsigned(blocks) * (gate_up_cols + down_cols)}, decode, stream, order);
-    return;
   } else {
     launch(*plan.gate_up, {unsigned(blocks), gate_up_cols}, gate_up, stream, order);
     launch(*plan.down, {unsigned(blocks), down_cols}, down, stream, order);

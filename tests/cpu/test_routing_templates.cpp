@@ -123,11 +123,6 @@ TEST_CASE("the fused decode GEMM's table of the shared rows: every chunk's token
   }
   const WorkspaceLayout fused = workspace_layout(c, 48, 16, true);
   CHECK(fused.shared_chunk_blocks == chunk_blocks);
-  // The counters, zeroed by one memset from `counts`: the fused GEMM's column counts come last.
-  CHECK(fused.column_done == fused.shared_done + sizeof(int) * 2 * chunk_blocks);
-  CHECK(fused.counts + sizeof(int) * fused.zeroed_ints ==
-        fused.column_done + sizeof(int) * std::size_t((c.d_hidden + 15) / 16));
-  CHECK(fused.fill >= fused.counts + sizeof(int) * fused.zeroed_ints);
   CHECK(workspace_layout(c, 48, 16).shared_chunk_blocks == 0);
 }
 

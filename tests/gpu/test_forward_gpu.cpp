@@ -404,29 +404,6 @@ std::pair<ErrorCode, std::string> error_of(Call&& call) {
 
 }  // namespace
 
-TEST_CASE("the fused decode GEMM's folded combine writes the two-kernel path's bits", "[forward]") {
-  // Same weights, same x: the fused 16x64 s8 tile runs the two-kernel tile's GEMM code, and its
-  // last down tile of each column block sums the slots as the Combine kernel does, in the same
-  // order, so every output must be equal bit for bit (not only within the accuracy rule).
-  for (std::int64_t shared : {0, 2}) {
-    const MoeConfig c = make_config(1032, shared == 0 ? 200 : 136, 16, shared, 4,
-                                    shared == 0 ? DType::kF16 : DType::kBF16);
-    RuntimeOptions fused_options, split_options;
-    fused_options.tile = "fused 16x64x64 w1x4 s8";
-    split_options.tile = "sm80 16x64x64 w1x4 s8";
-    Fixture fused(c, 97 + shared, fused_options), split(c, 97 + shared, split_options);
-    for (std::int64_t tokens : {1, 13, 40}) {
-      INFO("S = " << shared << ", T = " << tokens);
-      const CheckResult a = fused.check(tokens, 800 + tokens, "fused decode, folded combine");
-      const CheckResult b = split.check(tokens, 800 + tokens, "two kernels and the combine");
-      REQUIRE(a.run.out.size() == b.run.out.size());
-      std::size_t differ = 0;
-      for (std::size_t i = 0; i < a.run.out.size(); ++i) differ += a.run.out[i] != b.run.out[i];
-      CHECK(differ == 0);
-    }
-  }
-}
-
 TEST_CASE("a stream of another context is refused; the primary context's streams work",
           "[forward]") {
   Fixture f(make_config(256, 64, 8, 1, 2, DType::kBF16), 111);
