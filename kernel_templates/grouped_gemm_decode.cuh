@@ -41,8 +41,8 @@ struct GroupedGemmDecode {
     return v;
   }
 
-  // Item `item` of a group of `rows` row blocks x `cols` column blocks: gate/up tiles count
-  // themselves in done[m], down tiles wait for done[m] == kGateUpCols.
+  // The tile (row block m, column block n) of GEMM `Gemm`: gate/up tiles count themselves in
+  // done[m], down tiles wait for done[m] == kGateUpCols.
   template <typename Gemm, bool GATE_UP>
   static __device__ __forceinline__ void item(const GemmParams& g, int m, int n, int* done,
                                               unsigned char* smem) {

@@ -35,7 +35,7 @@ WorkspaceLayout workspace_layout(const MoeConfig& c, std::int64_t max_tokens, in
   l.topk_ids = take(sizeof(int) * T * k);
   l.topk_weights = take(sizeof(float) * T * k);
   // The counters follow the expert counts, so that one memset zeroes them all.
-  l.shared_chunk_blocks = fused ? (T + 15) / 16 : 0;
+  l.shared_chunk_blocks = fused ? (T + kFusedBlockM - 1) / kFusedBlockM : 0;
   l.zeroed_ints = std::size_t(E + 3 + l.max_blocks + S * l.shared_chunk_blocks);
   l.counts = take(sizeof(int) * l.zeroed_ints);
   l.tile_counters = l.counts + sizeof(int) * E;
@@ -48,8 +48,8 @@ WorkspaceLayout workspace_layout(const MoeConfig& c, std::int64_t max_tokens, in
   l.num_blocks = take(sizeof(int));
   l.sorted_rows = take(sizeof(int) * l.max_rows);
   l.h = take(std::size_t(dtype_bytes(c.dtype)) * l.max_rows * c.d_expert);
-  l.shared_h =
-      take(std::size_t(dtype_bytes(c.dtype)) * S * l.shared_chunk_blocks * 16 * c.d_expert);
+  l.shared_h = take(std::size_t(dtype_bytes(c.dtype)) * S * l.shared_chunk_blocks * kFusedBlockM *
+                    c.d_expert);
   l.y = take(sizeof(float) * T * slots * c.d_hidden);
   l.bytes = at;
   return l;
@@ -57,14 +57,14 @@ WorkspaceLayout workspace_layout(const MoeConfig& c, std::int64_t max_tokens, in
 
 std::vector<int> shared_rows_table(const MoeConfig& c, std::int64_t chunk_blocks) {
   const std::int64_t S = c.n_shared_experts, slots = c.top_k + S, blocks = S * chunk_blocks;
-  std::vector<int> table(1 + blocks + blocks * 16);
+  std::vector<int> table(1 + blocks + blocks * kFusedBlockM);
   table[0] = int(blocks);
   for (std::int64_t j = 0; j < S; ++j) {
     for (std::int64_t b = 0; b < chunk_blocks; ++b) {
       table[1 + j * chunk_blocks + b] = int(c.n_routed_experts + j);
     }
-    for (std::int64_t r = 0; r < chunk_blocks * 16; ++r) {
-      table[1 + blocks + j * chunk_blocks * 16 + r] = int(r * slots + c.top_k + j);
+    for (std::int64_t r = 0; r < chunk_blocks * kFusedBlockM; ++r) {
+      table[1 + blocks + j * chunk_blocks * kFusedBlockM + r] = int(r * slots + c.top_k + j);
     }
   }
   return table;

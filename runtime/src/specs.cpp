@@ -61,7 +61,7 @@ GemmTile gemv_tile(int rows, int warps, int stages) {
 
 // A fused decode tile (grouped_gemm_decode.cuh): 16 rows, `block_n` B rows, `warps` warps.
 GemmTile fused_tile(int block_n, int warps, int stages) {
-  GemmTile t{16, block_n, 64, 1, warps, stages, 80};
+  GemmTile t{kFusedBlockM, block_n, 64, 1, warps, stages, 80};
   t.fused = true;
   return t;
 }

@@ -63,6 +63,9 @@ GemmTile default_tile(const MoeConfig& config, long long max_tokens, const std::
 // from this many tokens on, where the CUDA-core version would reread x and the router from L2 tens
 // of times.
 inline constexpr long long kRouterMmaMinTokens = 32;
+// The fused decode tile's row block (grouped_gemm_decode.cuh runs 16-row GroupedGemmSm80 tiles):
+// also the block of the shared expert's rows in its plan-time table and h rows (plan.h).
+inline constexpr int kFusedBlockM = 16;
 // Blocks the tensor-core gating GEMM aims for (about two an SM on a 132-SM H200).
 inline constexpr long long kRouterMinBlocks = 256;
 // The tile of the tensor-core gating GEMM for a bucket, or block_m == 0 for the CUDA-core kernel.
