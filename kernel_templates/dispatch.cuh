@@ -21,17 +21,34 @@ struct Offsets {
   static constexpr int kExperts = E + S;
   static constexpr int kPerLane = (kExperts + 31) / 32;  // experts each lane of warp 0 scans
 
+  // The block's working set: per expert its count, padded count and start row (and the end).
+  struct Shared {
+    int counts[kExperts];
+    int padded[kExperts + 1];
+    int offsets[kExperts + 1];
+  };
+
   static __device__ void run(const OffsetsParams& p) {
-    __shared__ int counts[kExperts];
-    __shared__ int padded[kExperts + 1];
-    __shared__ int offsets[kExperts + 1];
+    __shared__ Shared s;
     grid_dependency_trigger();  // the next kernel may launch now; it waits for this one
     grid_dependency_wait();     // the counts of top-k
     for (int e = threadIdx.x; e < kExperts; e += kThreads) {
-      int count = e < E ? p.expert_counts[e] : p.tokens;
-      counts[e] = count;
-      padded[e] = (count + BLOCK_M - 1) / BLOCK_M * BLOCK_M;
+      s.counts[e] = e < E ? p.expert_counts[e] : p.tokens;
       p.expert_fill[e] = 0;
+    }
+    __syncthreads();
+    from_counts(p, s);
+  }
+
+  // Everything but the fill counters from s.counts (the routed experts' counts, then `tokens`
+  // for each shared chunk), which the block has written and synchronized. On return every
+  // thread may read s.offsets (the experts' start rows).
+  static __device__ void from_counts(const OffsetsParams& p, Shared& s) {
+    int* const counts = s.counts;
+    int* const padded = s.padded;
+    int* const offsets = s.offsets;
+    for (int e = threadIdx.x; e < kExperts; e += kThreads) {
+      padded[e] = (counts[e] + BLOCK_M - 1) / BLOCK_M * BLOCK_M;
     }
     __syncthreads();
     if (threadIdx.x < 32) {

@@ -56,6 +56,14 @@ struct ScatterParams {
   int tokens;
 };
 
+// The decode routing (route_decode.cuh): top-k, offsets and scatter in one block. Its offsets
+// part leaves expert_fill alone (the block fills in shared memory) and reads the counts it
+// counted itself, which it stores to topk.expert_counts for the GEMMs.
+struct RouteDecodeParams {
+  TopkParams topk;
+  OffsetsParams offsets;
+};
+
 struct GemmParams {
   const void* a;                 // gate/up, router: x (T, H); down: h (max_rows, I)
   void* out;                     // gate/up: h (max_rows, I); down: fp32 y (T * (k + S), H);

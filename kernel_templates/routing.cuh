@@ -241,9 +241,14 @@ struct Topk {
   static __device__ void run(const TopkParams& p) {
     grid_dependency_trigger();  // the next kernel may launch now; it waits for this one
     grid_dependency_wait();     // the logits, and the counts zeroed before the router
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int token = blockIdx.x * WARPS + warp;
-    if (token >= p.tokens) return;
+    const int token = blockIdx.x * WARPS + threadIdx.x / 32;
+    if (token < p.tokens) select(p, token, p.expert_counts);
+  }
+
+  // One token's choice by one whole warp: writes its K ids and weights and adds one to `counts`
+  // (global or shared memory) of each chosen expert.
+  static __device__ void select(const TopkParams& p, int token, int* counts) {
+    const int lane = threadIdx.x % 32;
     const float* logits = p.logits + (long long)token * E;
     // This lane's logits: the router's, or the sum of the K split's partial logits in part order
     // (the loads of four parts in flight at a time), rounded to the dtype when round_logits.
@@ -382,7 +387,7 @@ struct Topk {
       w = round_to<D>(w * scale);
       p.topk_ids[(long long)token * K + j] = id;
       p.topk_weights[(long long)token * K + j] = w;
-      atomicAdd(&p.expert_counts[id], 1);
+      atomicAdd(&counts[id], 1);
     };
     if (lane < K) emit(lane, chosen_id, chosen_score);
     if (lane + 32 < K) emit(lane + 32, chosen_id_hi, chosen_score_hi);

@@ -218,7 +218,27 @@ void MoeRuntime::Impl::enqueue_routing(const LaunchPlan& plan, const void* x, in
   topk.routed_scaling_factor = c.routing.routed_scaling_factor;
   topk.logit_splits = plan.router_tile.block_m == 0 ? 1 : plan.router_tile.split;
   topk.round_logits = c.routing.logits_fp32 ? 0 : 1;
-  launch(*plan.topk, {ceil_div(T, kTopkWarps)}, topk, stream, stage_order(kernels->arch()));
+  if (plan.tile.fused) {
+    // One block for top-k and the dispatch: the fused tile's buckets hold few tokens.
+    launch(*plan.topk, {1}, RouteDecodeParams{topk, offsets_params(plan, T)}, stream,
+           stage_order(kernels->arch()));
+  } else {
+    launch(*plan.topk, {ceil_div(T, kTopkWarps)}, topk, stream, stage_order(kernels->arch()));
+  }
+}
+
+OffsetsParams MoeRuntime::Impl::offsets_params(const LaunchPlan& plan, int T) const {
+  const WorkspaceLayout& l = plan.layout;
+  const CUdeviceptr ws = workspace.get();
+  auto ptr = [ws](std::size_t offset) { return reinterpret_cast<int*>(ws + offset); };
+  return {ptr(l.counts),
+          ptr(l.fill),
+          ptr(l.padded_offsets),
+          ptr(l.block_expert),
+          ptr(l.num_blocks),
+          ptr(l.sorted_rows),
+          T,
+          int(max_row_blocks(config, T, plan.tile.block_m))};
 }
 
 void MoeRuntime::Impl::enqueue(const LaunchPlan& plan, const void* x, void* out, int T,
@@ -231,21 +251,14 @@ void MoeRuntime::Impl::enqueue(const LaunchPlan& plan, const void* x, void* out,
 
   enqueue_routing(plan, x, T, stream);
   const std::int64_t blocks = max_row_blocks(c, T, plan.tile.block_m);
-  OffsetsParams offsets{static_cast<const int*>(ptr(l.counts)),
-                        static_cast<int*>(ptr(l.fill)),
-                        static_cast<int*>(ptr(l.padded_offsets)),
-                        static_cast<int*>(ptr(l.block_expert)),
-                        static_cast<int*>(ptr(l.num_blocks)),
-                        static_cast<int*>(ptr(l.sorted_rows)),
-                        T,
-                        int(blocks)};
   const LaunchOrder order = stage_order(kernels->arch());
-  launch(*plan.offsets, {1}, offsets, stream, order);
-
-  ScatterParams scatter{static_cast<const int*>(ptr(l.topk_ids)),
-                        static_cast<const int*>(ptr(l.padded_offsets)),
-                        static_cast<int*>(ptr(l.fill)), static_cast<int*>(ptr(l.sorted_rows)), T};
-  launch(*plan.scatter, {ceil_div(T * slots, 256)}, scatter, stream, order);
+  if (!plan.tile.fused) {  // else the decode routing kernel did the dispatch
+    launch(*plan.offsets, {1}, offsets_params(plan, T), stream, order);
+    ScatterParams scatter{static_cast<const int*>(ptr(l.topk_ids)),
+                          static_cast<const int*>(ptr(l.padded_offsets)),
+                          static_cast<int*>(ptr(l.fill)), static_cast<int*>(ptr(l.sorted_rows)), T};
+    launch(*plan.scatter, {ceil_div(T * slots, 256)}, scatter, stream, order);
+  }
 
   GemmParams gate_up{};
   gate_up.a = x;

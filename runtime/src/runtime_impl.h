@@ -10,6 +10,7 @@
 
 #include "driver.h"
 #include "kernels.h"
+#include "params.h"
 #include "plan.h"
 #include "rt_moe/runtime.h"
 #include "specs.h"
@@ -55,7 +56,10 @@ struct MoeRuntime::Impl {
   // Grows the workspace to at least `bytes` (synchronizing the context: forwards in flight may
   // use the old one).
   void ensure_workspace(std::size_t bytes);
-  // Enqueues the routing stages (gating GEMM, scores, top-k, expert counts) of `plan`.
+  // The dispatch's parameters (Offsets, and RouteDecode's offsets part) for `tokens` tokens.
+  OffsetsParams offsets_params(const LaunchPlan& plan, int tokens) const;
+  // Enqueues the routing stages (gating GEMM, scores, top-k, expert counts) of `plan`; with a
+  // fused tile, the decode routing kernel, which does the dispatch too, in place of top-k.
   void enqueue_routing(const LaunchPlan& plan, const void* x, int tokens, CUstream stream);
   // Enqueues one forward of `plan` on `stream`.
   void enqueue(const LaunchPlan& plan, const void* x, void* out, int tokens, CUstream stream);

@@ -215,20 +215,34 @@ KernelSpec router_spec(const MoeConfig& c, const GemmTile& tile) {
           "rt_moe::RouterParams"};
 }
 
-KernelSpec topk_spec(const MoeConfig& c) {
+namespace {
+
+// The template arguments of Topk (and RouteDecode) after the dtype: E, K, score, bias, groups,
+// kept groups, group score, renormalize.
+std::string topk_arguments(const MoeConfig& c) {
   const RoutingConfig& r = c.routing;
   // Without groups, topk_group and group_score mean nothing: one instance serves them all.
   const bool grouped = r.n_group > 1;
   const bool sum_top2 = grouped && r.group_score == RoutingConfig::GroupScore::kSumTop2;
+  return fmt::format(
+      "{}, {}, {}, {}, {}, {}, {}, {}, {}", dtype_tag(c.dtype), c.n_routed_experts, c.top_k,
+      r.score == RoutingConfig::Score::kSigmoid ? "rt_moe::kScoreSigmoid" : "rt_moe::kScoreSoftmax",
+      r.correction_bias, r.n_group, grouped ? r.topk_group : 1,
+      sum_top2 ? "rt_moe::kGroupSumTop2" : "rt_moe::kGroupMax", r.renormalize);
+}
+
+}  // namespace
+
+KernelSpec topk_spec(const MoeConfig& c) {
   return {"routing", "routing.cuh",
-          fmt::format("rt_moe::Topk<{}, {}, {}, {}, {}, {}, {}, {}, {}, {}>", dtype_tag(c.dtype),
-                      c.n_routed_experts, c.top_k,
-                      r.score == RoutingConfig::Score::kSigmoid ? "rt_moe::kScoreSigmoid"
-                                                                : "rt_moe::kScoreSoftmax",
-                      r.correction_bias, r.n_group, grouped ? r.topk_group : 1,
-                      sum_top2 ? "rt_moe::kGroupSumTop2" : "rt_moe::kGroupMax", r.renormalize,
-                      kTopkWarps),
-          "rt_moe::TopkParams"};
+          fmt::format("rt_moe::Topk<{}, {}>", topk_arguments(c), kTopkWarps), "rt_moe::TopkParams"};
+}
+
+KernelSpec route_decode_spec(const MoeConfig& c, int block_m) {
+  return {"route_decode", "route_decode.cuh",
+          fmt::format("rt_moe::RouteDecode<{}, {}, {}>", topk_arguments(c), c.n_shared_experts,
+                      block_m),
+          "rt_moe::RouteDecodeParams"};
 }
 
 KernelSpec offsets_spec(const MoeConfig& c, int block_m) {
@@ -323,6 +337,16 @@ unsigned combine_blocks(std::int64_t tokens, std::int64_t d_hidden) {
 
 std::vector<KernelSpec> forward_specs(const MoeConfig& c, const GemmTile& tile,
                                       const GemmTile& router) {
+  if (tile.fused) {
+    const KernelSpec route = route_decode_spec(c, tile.block_m);
+    return {router_spec(c, router),
+            route,
+            route,
+            route,
+            gemm_spec(c, GemmStage::kGateUp, tile),
+            gemm_spec(c, GemmStage::kDown, tile),
+            combine_spec(c)};
+  }
   return {router_spec(c, router),
           topk_spec(c),
           offsets_spec(c, tile.block_m),

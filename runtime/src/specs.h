@@ -92,6 +92,8 @@ KernelSpec router_spec(const MoeConfig& config, const GemmTile& router_tile);
 KernelSpec topk_spec(const MoeConfig& config);
 KernelSpec offsets_spec(const MoeConfig& config, int block_m);
 KernelSpec scatter_spec(const MoeConfig& config);
+// Top-k, offsets and scatter in one block (route_decode.cuh), for the fused decode tile.
+KernelSpec route_decode_spec(const MoeConfig& config, int block_m);
 KernelSpec gemm_spec(const MoeConfig& config, GemmStage stage, const GemmTile& tile);
 KernelSpec combine_spec(const MoeConfig& config);
 // The combine's grid: 256-thread blocks, one thread per 4 outputs (combine.cuh).
@@ -102,7 +104,8 @@ std::vector<KernelSpec> forward_specs(const MoeConfig& config, long long max_tok
                                       const std::string& arch);
 
 // Every spec a forward of one bucket runs, in stage order: router, topk, offsets, scatter,
-// gate_up, down, combine.
+// gate_up, down, combine. With a fused tile, topk, offsets and scatter are all the one decode
+// routing kernel (route_decode_spec), and gate_up and down the one fused GEMM.
 std::vector<KernelSpec> forward_specs(const MoeConfig& config, const GemmTile& tile,
                                       const GemmTile& router_tile);
 

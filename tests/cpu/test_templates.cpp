@@ -2,7 +2,10 @@
 // heuristic can choose, so a broken template fails the suite, not a user. No GPU needed.
 #include <catch2/catch.hpp>
 
+#include <fmt/format.h>
+
 #include <string>
+#include <vector>
 
 #include "kernels.h"
 #include "nvrtc_sm90a.h"
@@ -27,6 +30,30 @@ TEST_CASE("every kernel template compiles for sm_90a (DeepSeek-V3 shape, all til
       }
     }
   }
+}
+
+TEST_CASE("a fused decode tile runs one decode routing kernel for top-k, offsets and scatter",
+          "[nvrtc]") {
+  MoeConfig c = make_config(7168, 2048, 256, 1, 8, DType::kBF16);
+  const GemmTile fused = default_tile(c, 1, "sm_90a");
+  REQUIRE(fused.fused);
+  const std::vector<KernelSpec> specs = forward_specs(c, fused, router_tile(c, 1));
+  REQUIRE(specs.size() == 7);
+  CHECK(specs[1].family == "route_decode");
+  CHECK(specs[1].name() == specs[2].name());
+  CHECK(specs[1].name() == specs[3].name());
+  // Its layout is the fused tile's 16-row blocks, with the shared expert as one more expert.
+  CHECK(specs[1].name().find(fmt::format(", {}, {}>", c.n_shared_experts, kFusedBlockM)) !=
+        std::string::npos);
+  CHECK(is_elf(compile_for_sm90a(specs[1])));
+  // Any other tile keeps the three kernels.
+  const GemmTile other = default_tile(c, 4096, "sm_90a");
+  REQUIRE_FALSE(other.fused);
+  const std::vector<KernelSpec> three = forward_specs(c, other, router_tile(c, 4096));
+  CHECK(three[1].family == "routing");
+  CHECK(three[2].family == "dispatch");
+  CHECK(three[3].family == "dispatch");
+  CHECK(three[2].name() != three[3].name());
 }
 
 TEST_CASE("every sm_90a tuner candidate of the wgmma paths compiles (gpumode shape, S = 2)",
