@@ -7,6 +7,9 @@
 // counts before the routing, and does that item):
 //   1. the shared expert's gate/up tiles, 2. its down tiles, 3. the routed experts' gate/up tiles,
 //      4. their down tiles; each group row block by row block, column blocks fastest.
+//   With SHARED_DOWN_LAST: 1, 3, 2, 4, so that the shared expert's down tiles do not hold 112
+//   slots (DeepSeek-V3 at T = 1) while they wait for its gate/up tiles; they wait for the
+//   routing instead, as their tickets follow the routed gate/up tiles'.
 // The shared expert's rows do not depend on the routing (every token, in token order: a table of
 // its pairs written at plan time, its own h rows), so items 1 and 2 run before the dependency
 // wait, while the routing kernels still run; items 3 and 4 wait for them.
@@ -24,7 +27,8 @@
 
 namespace rt_moe {
 
-template <typename D, int H, int I, int E, int S, int K, int BLOCK_N, int WARPS_N, int STAGES>
+template <typename D, int H, int I, int E, int S, int K, int BLOCK_N, int WARPS_N, int STAGES,
+          bool SHARED_DOWN_LAST>
 struct GroupedGemmDecode {
   using GateUp = GroupedGemmSm80<D, H, I, E, S, K, kGateUp, 16, BLOCK_N, 64, 1, WARPS_N, STAGES>;
   using Down = GroupedGemmSm80<D, H, I, E, S, K, kDown, 16, BLOCK_N, 64, 1, WARPS_N, STAGES>;
@@ -80,12 +84,14 @@ struct GroupedGemmDecode {
       return;
     }
     t -= shared_rows * kGateUpCols;
-    if (t < shared_rows * kDownCols) {
-      item<Down, false>(p.shared_down, shared_block(t / kDownCols), t % kDownCols, p.shared_done,
-                        smem);
-      return;
+    auto shared_down = [&](int index) {
+      item<Down, false>(p.shared_down, shared_block(index / kDownCols), index % kDownCols,
+                        p.shared_done, smem);
+    };
+    if (!SHARED_DOWN_LAST) {
+      if (t < shared_rows * kDownCols) return shared_down(t);
+      t -= shared_rows * kDownCols;
     }
-    t -= shared_rows * kDownCols;
     grid_dependency_wait();  // the routing and the dispatch
     // The routed experts' row blocks come first in the sorted order, the shared chunks last.
     const int routed = *p.gate_up.num_blocks - shared_rows;
@@ -94,6 +100,10 @@ struct GroupedGemmDecode {
       return;
     }
     t -= routed * kGateUpCols;
+    if (SHARED_DOWN_LAST) {
+      if (t < shared_rows * kDownCols) return shared_down(t);
+      t -= shared_rows * kDownCols;
+    }
     if (t < routed * kDownCols) {
       item<Down, false>(p.down, t / kDownCols, t % kDownCols, p.gate_up_done, smem);
     }

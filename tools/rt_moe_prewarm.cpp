@@ -115,7 +115,7 @@ std::vector<KernelSpec> prewarm_specs(const MoeConfig& config, std::int64_t max_
     add(forward_specs(config, bucket.max_tokens, arch));
     if (tune) {
       for (const GemmTile& tile : candidate_tiles(config, bucket.max_tokens, arch, max_smem)) {
-        add(forward_specs(config, tile, router_tile(config, bucket.max_tokens)));
+        add(forward_specs(config, tile, bucket.max_tokens));
       }
     }
   }

@@ -59,6 +59,8 @@ struct LaunchPlan {
   Bucket bucket;
   GemmTile tile;
   GemmTile router_tile;  // block_m == 0: the CUDA-core router kernel
+  // topk, offsets and scatter are the one decode routing kernel (uses_route_decode)
+  bool route_decode = false;
   WorkspaceLayout layout;
   const Kernel* router = nullptr;
   const Kernel* topk = nullptr;

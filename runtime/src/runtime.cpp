@@ -77,7 +77,8 @@ LaunchPlan MoeRuntime::Impl::build_plan(const Bucket& bucket, const GemmTile& ti
   plan.bucket = bucket;
   plan.tile = tile;
   plan.router_tile = router_tile(config, bucket.max_tokens);
-  std::vector<KernelSpec> specs = forward_specs(config, plan.tile, plan.router_tile);
+  plan.route_decode = uses_route_decode(plan.tile, bucket.max_tokens);
+  std::vector<KernelSpec> specs = forward_specs(config, plan.tile, bucket.max_tokens);
   // Compile (or load from disk) all stages in parallel; module loads then happen here.
   std::vector<std::future<CompiledCubin>> compiled;
   for (const KernelSpec& spec : specs) {
@@ -218,8 +219,8 @@ void MoeRuntime::Impl::enqueue_routing(const LaunchPlan& plan, const void* x, in
   topk.routed_scaling_factor = c.routing.routed_scaling_factor;
   topk.logit_splits = plan.router_tile.block_m == 0 ? 1 : plan.router_tile.split;
   topk.round_logits = c.routing.logits_fp32 ? 0 : 1;
-  if (plan.tile.fused) {
-    // One block for top-k and the dispatch: the fused tile's buckets hold few tokens.
+  if (plan.route_decode) {
+    // One block for top-k and the dispatch: a warp a token.
     launch(*plan.topk, {1}, RouteDecodeParams{topk, offsets_params(plan, T)}, stream,
            stage_order(kernels->arch()));
   } else {
@@ -252,7 +253,7 @@ void MoeRuntime::Impl::enqueue(const LaunchPlan& plan, const void* x, void* out,
   enqueue_routing(plan, x, T, stream);
   const std::int64_t blocks = max_row_blocks(c, T, plan.tile.block_m);
   const LaunchOrder order = stage_order(kernels->arch());
-  if (!plan.tile.fused) {  // else the decode routing kernel did the dispatch
+  if (!plan.route_decode) {  // else the decode routing kernel did the dispatch
     launch(*plan.offsets, {1}, offsets_params(plan, T), stream, order);
     ScatterParams scatter{static_cast<const int*>(ptr(l.topk_ids)),
                           static_cast<const int*>(ptr(l.padded_offsets)),

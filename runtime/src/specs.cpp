@@ -13,8 +13,10 @@ const char* dtype_tag(DType dtype) { return dtype == DType::kF16 ? "rt_moe::F16"
 
 std::string GemmTile::describe() const {
   if (gemv) return fmt::format("gemv r{} w{} s{}", block_m, warps_m, stages);
-  if (fused)
-    return fmt::format("fused {}x{}x{} w1x{} s{}", block_m, block_n, block_k, warps_n, stages);
+  if (fused) {
+    return fmt::format("fused {}x{}x{} w1x{} s{}{}", block_m, block_n, block_k, warps_n, stages,
+                       shared_down_last ? " sdl" : "");
+  }
   if (swap) return fmt::format("sm90swap {}x{}x{} s{}", block_m, block_n, block_k, stages);
   if (sm == 90 && ws) {
     return fmt::format("sm90ws {}x{}x{} wg{} s{}{}", block_m, block_n, block_k, warps_m, stages,
@@ -60,9 +62,10 @@ GemmTile gemv_tile(int rows, int warps, int stages) {
 }
 
 // A fused decode tile (grouped_gemm_decode.cuh): 16 rows, `block_n` B rows, `warps` warps.
-GemmTile fused_tile(int block_n, int warps, int stages) {
+GemmTile fused_tile(int block_n, int warps, int stages, bool shared_down_last = false) {
   GemmTile t{kFusedBlockM, block_n, 64, 1, warps, stages, 80};
   t.fused = true;
+  t.shared_down_last = shared_down_last;
   return t;
 }
 
@@ -127,7 +130,8 @@ std::vector<GemmTile> candidate_tiles(const MoeConfig& c, long long max_tokens,
   // The GEMV re-reads the weights (from L2) for every row block of an expert: a candidate while
   // the average expert fills one or two blocks. The fused decode kernel: one stream of weights.
   if (rows_per_expert(c, max_tokens) <= 16) {
-    space.insert(space.end(), {fused_tile(64, 4, 8), fused_tile(64, 4, 10), fused_tile(128, 4, 4)});
+    space.insert(space.end(), {fused_tile(64, 4, 8), fused_tile(64, 4, 10), fused_tile(128, 4, 4),
+                               fused_tile(64, 4, 8, true)});
     for (int warps : {4, 8}) {
       for (int stages : {1, 2}) {
         space.push_back(gemv_tile(8, warps, stages));
@@ -238,6 +242,10 @@ KernelSpec topk_spec(const MoeConfig& c) {
           fmt::format("rt_moe::Topk<{}, {}>", topk_arguments(c), kTopkWarps), "rt_moe::TopkParams"};
 }
 
+bool uses_route_decode(const GemmTile& tile, long long max_tokens) {
+  return tile.fused && max_tokens <= kRouteDecodeMaxTokens;
+}
+
 KernelSpec route_decode_spec(const MoeConfig& c, int block_m) {
   return {"route_decode", "route_decode.cuh",
           fmt::format("rt_moe::RouteDecode<{}, {}, {}>", topk_arguments(c), c.n_shared_experts,
@@ -263,9 +271,10 @@ KernelSpec gemm_spec(const MoeConfig& c, GemmStage stage, const GemmTile& t) {
   if (t.fused) {
     // One kernel for both stages: the plan launches it once (runtime.cpp).
     return {"grouped_gemm_decode", "grouped_gemm_decode.cuh",
-            fmt::format("rt_moe::GroupedGemmDecode<{}, {}, {}, {}, {}, {}, {}, {}, {}>",
+            fmt::format("rt_moe::GroupedGemmDecode<{}, {}, {}, {}, {}, {}, {}, {}, {}, {}>",
                         dtype_tag(c.dtype), c.d_hidden, c.d_expert, c.n_routed_experts,
-                        c.n_shared_experts, c.top_k, t.block_n, t.warps_n, t.stages),
+                        c.n_shared_experts, c.top_k, t.block_n, t.warps_n, t.stages,
+                        t.shared_down_last),
             "rt_moe::DecodeParams"};
   }
   if (t.gemv) {
@@ -336,8 +345,9 @@ unsigned combine_blocks(std::int64_t tokens, std::int64_t d_hidden) {
 }
 
 std::vector<KernelSpec> forward_specs(const MoeConfig& c, const GemmTile& tile,
-                                      const GemmTile& router) {
-  if (tile.fused) {
+                                      long long max_tokens) {
+  const GemmTile router = router_tile(c, max_tokens);
+  if (uses_route_decode(tile, max_tokens)) {
     const KernelSpec route = route_decode_spec(c, tile.block_m);
     return {router_spec(c, router),
             route,
@@ -358,7 +368,7 @@ std::vector<KernelSpec> forward_specs(const MoeConfig& c, const GemmTile& tile,
 
 std::vector<KernelSpec> forward_specs(const MoeConfig& c, long long max_tokens,
                                       const std::string& arch) {
-  return forward_specs(c, default_tile(c, max_tokens, arch), router_tile(c, max_tokens));
+  return forward_specs(c, default_tile(c, max_tokens, arch), max_tokens);
 }
 
 }  // namespace rt_moe

@@ -36,11 +36,14 @@ struct GemmTile {
   // sm = 80, block_m = 16, warps_m = 1: gate/up and down in one kernel, work items from a ticket
   // counter (grouped_gemm_decode.cuh).
   bool fused = false;
+  // fused: the shared expert's down tiles take their tickets after the routed gate/up tiles, not
+  // before them ("sdl"), so fewer blocks hold a slot while they wait for its gate/up tiles.
+  bool shared_down_last = false;
   // The tensor-core gating GEMM only (router_tile): K split over this many blocks (gridDim.z),
   // each writing fp32 partial logits that the top-k kernel sums in split order.
   int split = 1;
   // "sm80 64x128x64 w2x2 s4", "sm90ws 128x256x64 wg2 s4 c2", "gemv r8 w4 s1", "sm90swap 144x256x64
-  // s4"
+  // s4", "fused 16x64x64 w1x4 s8 sdl"
   std::string describe() const;
   friend bool operator==(const GemmTile&, const GemmTile&) = default;
 };
@@ -94,6 +97,13 @@ KernelSpec offsets_spec(const MoeConfig& config, int block_m);
 KernelSpec scatter_spec(const MoeConfig& config);
 // Top-k, offsets and scatter in one block (route_decode.cuh), for the fused decode tile.
 KernelSpec route_decode_spec(const MoeConfig& config, int block_m);
+// The decode routing kernel runs one token a warp on one SM, so it serves the fused tile's
+// buckets of up to this many tokens. On the H200 (docs/PERF.md 11a) it saved 1 us at T = 1 and
+// 2-3 us at T = 8 against top-k, offsets and scatter as three kernels, and lost 14 us at
+// DeepSeek-V3 T = 64, where its one SM's issue rate bounds the 64 tokens' top-k.
+inline constexpr long long kRouteDecodeMaxTokens = 8;
+// Whether a bucket of up to `max_tokens` tokens with `tile` runs the decode routing kernel.
+bool uses_route_decode(const GemmTile& tile, long long max_tokens);
 KernelSpec gemm_spec(const MoeConfig& config, GemmStage stage, const GemmTile& tile);
 KernelSpec combine_spec(const MoeConfig& config);
 // The combine's grid: 256-thread blocks, one thread per 4 outputs (combine.cuh).
@@ -103,10 +113,11 @@ unsigned combine_blocks(std::int64_t tokens, std::int64_t d_hidden);
 std::vector<KernelSpec> forward_specs(const MoeConfig& config, long long max_tokens,
                                       const std::string& arch);
 
-// Every spec a forward of one bucket runs, in stage order: router, topk, offsets, scatter,
-// gate_up, down, combine. With a fused tile, topk, offsets and scatter are all the one decode
-// routing kernel (route_decode_spec), and gate_up and down the one fused GEMM.
+// Every spec a forward of one bucket (up to `max_tokens` tokens) runs with `tile`, in stage
+// order: router, topk, offsets, scatter, gate_up, down, combine. Where uses_route_decode, topk,
+// offsets and scatter are all the one decode routing kernel (route_decode_spec); with a fused
+// tile, gate_up and down are the one fused GEMM.
 std::vector<KernelSpec> forward_specs(const MoeConfig& config, const GemmTile& tile,
-                                      const GemmTile& router_tile);
+                                      long long max_tokens);
 
 }  // namespace rt_moe

@@ -23,7 +23,7 @@ TEST_CASE("every kernel template compiles for sm_90a (DeepSeek-V3 shape, all til
     // One token count per tile the heuristic picks: decode to prefill.
     for (long long tokens : {1LL, 64LL, 1024LL, 16384LL}) {
       GemmTile tile = default_tile(c, tokens, "sm_90a");
-      for (const KernelSpec& spec : forward_specs(c, tile, router_tile(c, tokens))) {
+      for (const KernelSpec& spec : forward_specs(c, tile, tokens)) {
         INFO(spec.name());
         std::string cubin = compile_for_sm90a(spec);
         CHECK(is_elf(cubin));
@@ -32,28 +32,34 @@ TEST_CASE("every kernel template compiles for sm_90a (DeepSeek-V3 shape, all til
   }
 }
 
-TEST_CASE("a fused decode tile runs one decode routing kernel for top-k, offsets and scatter",
+TEST_CASE("the fused decode tile's smallest buckets run one kernel for top-k, offsets and scatter",
           "[nvrtc]") {
   MoeConfig c = make_config(7168, 2048, 256, 1, 8, DType::kBF16);
-  const GemmTile fused = default_tile(c, 1, "sm_90a");
-  REQUIRE(fused.fused);
-  const std::vector<KernelSpec> specs = forward_specs(c, fused, router_tile(c, 1));
-  REQUIRE(specs.size() == 7);
-  CHECK(specs[1].family == "route_decode");
-  CHECK(specs[1].name() == specs[2].name());
-  CHECK(specs[1].name() == specs[3].name());
-  // Its layout is the fused tile's 16-row blocks, with the shared expert as one more expert.
-  CHECK(specs[1].name().find(fmt::format(", {}, {}>", c.n_shared_experts, kFusedBlockM)) !=
-        std::string::npos);
-  CHECK(is_elf(compile_for_sm90a(specs[1])));
-  // Any other tile keeps the three kernels.
-  const GemmTile other = default_tile(c, 4096, "sm_90a");
-  REQUIRE_FALSE(other.fused);
-  const std::vector<KernelSpec> three = forward_specs(c, other, router_tile(c, 4096));
-  CHECK(three[1].family == "routing");
-  CHECK(three[2].family == "dispatch");
-  CHECK(three[3].family == "dispatch");
-  CHECK(three[2].name() != three[3].name());
+  for (long long tokens : {1LL, kRouteDecodeMaxTokens}) {
+    const GemmTile fused = default_tile(c, tokens, "sm_90a");
+    REQUIRE(fused.fused);
+    REQUIRE(uses_route_decode(fused, tokens));
+    const std::vector<KernelSpec> specs = forward_specs(c, fused, tokens);
+    REQUIRE(specs.size() == 7);
+    CHECK(specs[1].family == "route_decode");
+    CHECK(specs[1].name() == specs[2].name());
+    CHECK(specs[1].name() == specs[3].name());
+    // Its layout is the fused tile's 16-row blocks, with the shared expert as one more expert.
+    CHECK(specs[1].name().find(fmt::format(", {}, {}>", c.n_shared_experts, kFusedBlockM)) !=
+          std::string::npos);
+    CHECK(is_elf(compile_for_sm90a(specs[1])));
+  }
+  // Larger buckets keep the three kernels, with the fused tile (64 tokens) or another (4096).
+  for (long long tokens : {64LL, 4096LL}) {
+    const GemmTile tile = default_tile(c, tokens, "sm_90a");
+    CHECK(tile.fused == (tokens == 64));
+    CHECK_FALSE(uses_route_decode(tile, tokens));
+    const std::vector<KernelSpec> three = forward_specs(c, tile, tokens);
+    CHECK(three[1].family == "routing");
+    CHECK(three[2].family == "dispatch");
+    CHECK(three[3].family == "dispatch");
+    CHECK(three[2].name() != three[3].name());
+  }
 }
 
 TEST_CASE("every sm_90a tuner candidate of the wgmma paths compiles (gpumode shape, S = 2)",
@@ -127,7 +133,7 @@ TEST_CASE("decode buckets default to the fused GEMM; the GEMV is a candidate, ne
     CHECK(spec.family == "grouped_gemm_decode");
     CHECK(is_elf(compile_for_sm90a(spec)));
   }
-  CHECK(fused_tiles == 3);
+  CHECK(fused_tiles == 4);
   for (const GemmTile& tile : candidate_tiles(c, 512, "sm_90a", 227 * 1024)) {
     CHECK_FALSE(tile.fused);
   }
