@@ -162,8 +162,13 @@ GemmTile default_tile(const MoeConfig& c, long long max_tokens, const std::strin
   // 8 stages (56 KB of weights in flight a block, two blocks an SM). H200, 2026-12-02, one call
   // (docs/PERF.md 10a), fused against two kernels: DeepSeek-V3 T = 1 0.1945 against 0.2139 ms,
   // 8 1.1928 / 1.2086, 64 4.4677 / 4.4711, but 128 5.0013 / 4.9611 and 256 5.2132 / 5.1628;
-  // gpumode T = 1 0.1171 / 0.1405, 8 0.3993 / 0.4077, 64 0.6759 / 0.6791.
-  if (rows <= 16) return max_tokens <= 64 ? fused_tile(64, 4, 8) : GemmTile{16, 64, 64, 1, 4, 8};
+  // gpumode T = 1 0.1171 / 0.1405, 8 0.3993 / 0.4077, 64 0.6759 / 0.6791. The shared expert's
+  // down tiles ticketed after the routed gate/up tiles ("sdl", 11b), against before them:
+  // DeepSeek-V3 T = 1 0.1955 / 0.1975, 8 1.2219 / 1.2228, 64 4.5281 / 4.5715; gpumode 1, 8, 64
+  // 0.1179 / 0.1178, 0.4055 / 0.4068, 0.6908 / 0.6917.
+  if (rows <= 16) {
+    return max_tokens <= 64 ? fused_tile(64, 4, 8, true) : GemmTile{16, 64, 64, 1, 4, 8};
+  }
   // 17-64 rows: still weight-bound; the swapped tile of 64 token rows keeps 5 x 32 KB of weights
   // in flight per SM and multiplies only the block's rows rounded up to 16 (DeepSeek-V3 on the
   // H200, same call: T = 512 5.378 ms against 5.477 for sm90ws 64x256 s5, T = 1024 5.561 against
