@@ -10,6 +10,12 @@
 //   With SHARED_DOWN_LAST: 1, 3, 2, 4, so that the shared expert's down tiles do not hold 112
 //   slots (DeepSeek-V3 at T = 1) while they wait for its gate/up tiles; they wait for the
 //   routing instead, as their tickets follow the routed gate/up tiles'.
+//   With DOWN_PARTS = 2, each routed down tile is two items, its K halves (consecutive
+//   tickets), which add their partial sums to y with fp32 atomics: the last wave holds items of
+//   half the bytes, so it finishes less raggedly. Each routed gate/up tile (m, n) first zeroes
+//   its share (columns [n H / kGateUpCols, (n + 1) H / kGateUpCols)) of y's rows of row block
+//   m, published with its count, so the halves add onto zeros and the sum is the same in either
+//   order.
 // The shared expert's rows do not depend on the routing (every token, in token order: a table of
 // its pairs written at plan time, its own h rows), so items 1 and 2 run before the dependency
 // wait, while the routing kernels still run; items 3 and 4 wait for them.
@@ -28,7 +34,7 @@
 namespace rt_moe {
 
 template <typename D, int H, int I, int E, int S, int K, int BLOCK_N, int WARPS_N, int STAGES,
-          bool SHARED_DOWN_LAST>
+          bool SHARED_DOWN_LAST, int DOWN_PARTS>
 struct GroupedGemmDecode {
   using GateUp = GroupedGemmSm80<D, H, I, E, S, K, kGateUp, 16, BLOCK_N, 64, 1, WARPS_N, STAGES>;
   using Down = GroupedGemmSm80<D, H, I, E, S, K, kDown, 16, BLOCK_N, 64, 1, WARPS_N, STAGES>;
@@ -37,7 +43,9 @@ struct GroupedGemmDecode {
       GateUp::kSmemBytes > Down::kSmemBytes ? GateUp::kSmemBytes : Down::kSmemBytes;
   static constexpr int kGateUpCols = (I + BLOCK_N / 2 - 1) / (BLOCK_N / 2);
   static constexpr int kDownCols = (H + BLOCK_N - 1) / BLOCK_N;
+  static constexpr int kSlots = K + S;
   static_assert(GateUp::kThreads == Down::kThreads, "one block size for both GEMMs");
+  static_assert(DOWN_PARTS == 1 || DOWN_PARTS == 2, "down tiles whole or in two K halves");
 
   static __device__ __forceinline__ int load_acquire(const int* p) {
     int v;
@@ -45,20 +53,34 @@ struct GroupedGemmDecode {
     return v;
   }
 
-  // The tile (row block m, column block n) of GEMM `Gemm`: gate/up tiles count themselves in
-  // done[m], down tiles wait for done[m] == kGateUpCols.
-  template <typename Gemm, bool GATE_UP>
+  // Zeroes columns [n H / kGateUpCols, (n + 1) H / kGateUpCols) of the y rows of row block m's
+  // pairs (DOWN_PARTS = 2).
+  static __device__ __forceinline__ void zero_y(const GemmParams& down, int m, int n) {
+    const int c0 = n * H / kGateUpCols, cols = (n + 1) * H / kGateUpCols - c0;
+    float* y = static_cast<float*>(down.out);
+    for (int i = threadIdx.x; i < 16 * cols; i += kThreads) {
+      const int pair = down.sorted_rows[m * 16 + i / cols];
+      if (pair >= 0 && pair / kSlots < down.tokens) y[(long long)pair * H + c0 + i % cols] = 0.f;
+    }
+  }
+
+  // The tile (row block m, column block n) of GEMM `Gemm` (down: its K half `part` of PARTS):
+  // gate/up tiles count themselves in done[m], down tiles wait for done[m] == kGateUpCols.
+  // ZERO_Y: a gate/up tile zeroes its share of the y rows of `down` first.
+  template <typename Gemm, bool GATE_UP, int PARTS = 1, bool ZERO_Y = false>
   static __device__ __forceinline__ void item(const GemmParams& g, int m, int n, int* done,
-                                              unsigned char* smem) {
+                                              unsigned char* smem, int part = 0,
+                                              const GemmParams* down = nullptr) {
     if (!GATE_UP) {
       if (threadIdx.x == 0) {
         while (load_acquire(done + m) < kGateUpCols) __nanosleep(128);
       }
       __syncthreads();
     }
-    Gemm::tile(g, m, n, smem);
+    if (ZERO_Y) zero_y(*down, m, n);
+    Gemm::template tile<PARTS>(g, m, n, smem, part);
     if (GATE_UP) {
-      __threadfence();  // this thread's h stores, before the count below
+      __threadfence();  // this thread's h (and y) stores, before the count below
       __syncthreads();
       if (threadIdx.x == 0) atomicAdd(done + m, 1);
     }
@@ -96,7 +118,8 @@ struct GroupedGemmDecode {
     // The routed experts' row blocks come first in the sorted order, the shared chunks last.
     const int routed = *p.gate_up.num_blocks - shared_rows;
     if (t < routed * kGateUpCols) {
-      item<GateUp, true>(p.gate_up, t / kGateUpCols, t % kGateUpCols, p.gate_up_done, smem);
+      item<GateUp, true, 1, DOWN_PARTS == 2>(p.gate_up, t / kGateUpCols, t % kGateUpCols,
+                                             p.gate_up_done, smem, 0, &p.down);
       return;
     }
     t -= routed * kGateUpCols;
@@ -104,8 +127,10 @@ struct GroupedGemmDecode {
       if (t < shared_rows * kDownCols) return shared_down(t);
       t -= shared_rows * kDownCols;
     }
-    if (t < routed * kDownCols) {
-      item<Down, false>(p.down, t / kDownCols, t % kDownCols, p.gate_up_done, smem);
+    if (t < routed * kDownCols * DOWN_PARTS) {
+      const int tile = t / DOWN_PARTS;
+      item<Down, false, DOWN_PARTS>(p.down, tile / kDownCols, tile % kDownCols, p.gate_up_done,
+                                    smem, t % DOWN_PARTS);
     }
   }
 };

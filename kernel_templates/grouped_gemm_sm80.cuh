@@ -79,8 +79,13 @@ struct GroupedGemmSm80 {
 
   // The block's work on (row block block_m, column block n_block), with `smem` (kSmemBytes) as
   // its ring; also the work items of the fused decode kernel (grouped_gemm_decode.cuh). Every
-  // thread of the block calls it.
-  static __device__ void tile(const GemmParams& p, int block_m, int n_block, unsigned char* smem) {
+  // thread of the block calls it. Down with PARTS = 2 (the fused kernel only): K half `part`,
+  // its weighted partial sums added to y by fp32 atomics onto zeros (y zeroed beforehand), so
+  // the two halves give the same sum in either order.
+  template <int PARTS = 1>
+  static __device__ void tile(const GemmParams& p, int block_m, int n_block, unsigned char* smem,
+                              int part = 0) {
+    static_assert(PARTS == 1 || (PARTS == 2 && MODE == kDown), "down's K halves only");
     const int m0 = block_m * BLOCK_M;
     if (MODE == kRouter ? m0 >= p.tokens : block_m >= *p.num_blocks) return;
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
@@ -107,10 +112,14 @@ struct GroupedGemmSm80 {
 #pragma unroll
         for (int v = 0; v < 4; ++v) acc[mi][ni][v] = 0.f;
 
-    // K tiles [k0, k0 + tiles): all of them, or the router's part blockIdx.z of gridDim.z.
-    const int k0 = MODE == kRouter ? int(blockIdx.z * Loader::kTiles / gridDim.z) : 0;
-    const int tiles =
-        MODE == kRouter ? int((blockIdx.z + 1) * Loader::kTiles / gridDim.z) - k0 : Loader::kTiles;
+    // K tiles [k0, k0 + tiles): all of them, or the router's part blockIdx.z of gridDim.z, or
+    // down's half `part`.
+    const int k0 = MODE == kRouter ? int(blockIdx.z * Loader::kTiles / gridDim.z)
+                   : PARTS == 2    ? part * (Loader::kTiles / 2)
+                                   : 0;
+    const int tiles = MODE == kRouter ? int((blockIdx.z + 1) * Loader::kTiles / gridDim.z) - k0
+                      : PARTS == 2    ? (part == 0 ? Loader::kTiles / 2 : Loader::kTiles - k0)
+                                      : Loader::kTiles;
 #pragma unroll
     for (int s = 0; s < STAGES - 1; ++s) {
       if (s < tiles) load_stage(s, k0 + s);
@@ -196,8 +205,15 @@ struct GroupedGemmSm80 {
             for (int ni = 0; ni < kFragsN; ++ni) {
               const int col = n_block * BLOCK_N + warp_n * kWarpN + ni * 8 + (lane % 4) * 2;
               if (col < H) {
-                y[((long long)pair * H + col) / 2] =
-                    make_float2(acc[mi][ni][half * 2] * weight, acc[mi][ni][half * 2 + 1] * weight);
+                const float y0 = acc[mi][ni][half * 2] * weight;
+                const float y1 = acc[mi][ni][half * 2 + 1] * weight;
+                if (PARTS == 1) {
+                  y[((long long)pair * H + col) / 2] = make_float2(y0, y1);
+                } else {
+                  float* at = reinterpret_cast<float*>(p.out) + (long long)pair * H + col;
+                  atomicAdd(at, y0);
+                  atomicAdd(at + 1, y1);
+                }
               }
             }
           }

@@ -322,7 +322,10 @@ void MoeRuntime::Impl::enqueue(const LaunchPlan& plan, const void* x, void* out,
     decode.ticket = static_cast<int*>(ptr(l.decode_ticket));
     decode.gate_up_done = static_cast<int*>(ptr(l.gate_up_done));
     decode.shared_done = static_cast<int*>(ptr(l.shared_done));
-    launch(*plan.gate_up, {unsigned(blocks) * (gate_up_cols + down_cols)}, decode, stream, order);
+    // Enough blocks for every item: a down tile is plan.tile.split items.
+    launch(*plan.gate_up,
+           {unsigned(blocks) * (gate_up_cols + down_cols * unsigned(plan.tile.split))}, decode,
+           stream, order);
   } else {
     launch(*plan.gate_up, {unsigned(blocks), gate_up_cols}, gate_up, stream, order);
     launch(*plan.down, {unsigned(blocks), down_cols}, down, stream, order);

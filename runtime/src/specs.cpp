@@ -14,8 +14,8 @@ const char* dtype_tag(DType dtype) { return dtype == DType::kF16 ? "rt_moe::F16"
 std::string GemmTile::describe() const {
   if (gemv) return fmt::format("gemv r{} w{} s{}", block_m, warps_m, stages);
   if (fused) {
-    return fmt::format("fused {}x{}x{} w1x{} s{}{}", block_m, block_n, block_k, warps_n, stages,
-                       shared_down_last ? " sdl" : "");
+    return fmt::format("fused {}x{}x{} w1x{} s{}{}{}", block_m, block_n, block_k, warps_n, stages,
+                       shared_down_last ? " sdl" : "", split > 1 ? fmt::format(" k{}", split) : "");
   }
   if (swap) return fmt::format("sm90swap {}x{}x{} s{}", block_m, block_n, block_k, stages);
   if (sm == 90 && ws) {
@@ -62,10 +62,12 @@ GemmTile gemv_tile(int rows, int warps, int stages) {
 }
 
 // A fused decode tile (grouped_gemm_decode.cuh): 16 rows, `block_n` B rows, `warps` warps.
-GemmTile fused_tile(int block_n, int warps, int stages, bool shared_down_last = false) {
+GemmTile fused_tile(int block_n, int warps, int stages, bool shared_down_last = false,
+                    int down_parts = 1) {
   GemmTile t{kFusedBlockM, block_n, 64, 1, warps, stages, 80};
   t.fused = true;
   t.shared_down_last = shared_down_last;
+  t.split = down_parts;
   return t;
 }
 
@@ -131,7 +133,7 @@ std::vector<GemmTile> candidate_tiles(const MoeConfig& c, long long max_tokens,
   // the average expert fills one or two blocks. The fused decode kernel: one stream of weights.
   if (rows_per_expert(c, max_tokens) <= 16) {
     space.insert(space.end(), {fused_tile(64, 4, 8), fused_tile(64, 4, 10), fused_tile(128, 4, 4),
-                               fused_tile(64, 4, 8, true)});
+                               fused_tile(64, 4, 8, true), fused_tile(64, 4, 8, true, 2)});
     for (int warps : {4, 8}) {
       for (int stages : {1, 2}) {
         space.push_back(gemv_tile(8, warps, stages));
@@ -276,10 +278,10 @@ KernelSpec gemm_spec(const MoeConfig& c, GemmStage stage, const GemmTile& t) {
   if (t.fused) {
     // One kernel for both stages: the plan launches it once (runtime.cpp).
     return {"grouped_gemm_decode", "grouped_gemm_decode.cuh",
-            fmt::format("rt_moe::GroupedGemmDecode<{}, {}, {}, {}, {}, {}, {}, {}, {}, {}>",
+            fmt::format("rt_moe::GroupedGemmDecode<{}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}>",
                         dtype_tag(c.dtype), c.d_hidden, c.d_expert, c.n_routed_experts,
                         c.n_shared_experts, c.top_k, t.block_n, t.warps_n, t.stages,
-                        t.shared_down_last),
+                        t.shared_down_last, t.split),
             "rt_moe::DecodeParams"};
   }
   if (t.gemv) {

@@ -39,8 +39,9 @@ struct GemmTile {
   // fused: the shared expert's down tiles take their tickets after the routed gate/up tiles, not
   // before them ("sdl"), so fewer blocks hold a slot while they wait for its gate/up tiles.
   bool shared_down_last = false;
-  // The tensor-core gating GEMM only (router_tile): K split over this many blocks (gridDim.z),
-  // each writing fp32 partial logits that the top-k kernel sums in split order.
+  // The tensor-core gating GEMM (router_tile): K split over this many blocks (gridDim.z), each
+  // writing fp32 partial logits that the top-k kernel sums in split order. fused: 1, or 2 for
+  // routed down tiles run as two K halves ("k2", grouped_gemm_decode.cuh).
   int split = 1;
   // "sm80 64x128x64 w2x2 s4", "sm90ws 128x256x64 wg2 s4 c2", "gemv r8 w4 s1", "sm90swap 144x256x64
   // s4", "fused 16x64x64 w1x4 s8 sdl"

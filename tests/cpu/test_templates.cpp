@@ -133,7 +133,7 @@ TEST_CASE("decode buckets default to the fused GEMM; the GEMV is a candidate, ne
     CHECK(spec.family == "grouped_gemm_decode");
     CHECK(is_elf(compile_for_sm90a(spec)));
   }
-  CHECK(fused_tiles == 4);
+  CHECK(fused_tiles == 5);
   for (const GemmTile& tile : candidate_tiles(c, 512, "sm_90a", 227 * 1024)) {
     CHECK_FALSE(tile.fused);
   }
