@@ -6,9 +6,9 @@
 // 1024 threads: warp w chooses the experts of tokens w, w + 32, ... (Topk::select, counting in
 // shared memory); the block then stores the counts, lays out the experts' rows
 // (Offsets::from_counts) and places each pair at the next row of its expert, filling in shared
-// memory. For few tokens only (the fused decode tile's buckets, at most 64 tokens): one block
-// does the work of ceil(T / 4) top-k blocks. The same rounding and choices as Topk, the same
-// layout as Offsets and Scatter: the forward's output is the same bit for bit.
+// memory. For few tokens only (the fused decode tile's buckets of up to kRouteDecodeMaxTokens,
+// specs.h): one block does the work of ceil(T / 4) top-k blocks. The same rounding and choices as
+// Topk, the same layout as Offsets and Scatter: the forward's output is the same bit for bit.
 #pragma once
 
 #include "dispatch.cuh"

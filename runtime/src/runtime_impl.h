@@ -58,8 +58,8 @@ struct MoeRuntime::Impl {
   void ensure_workspace(std::size_t bytes);
   // The dispatch's parameters (Offsets, and RouteDecode's offsets part) for `tokens` tokens.
   OffsetsParams offsets_params(const LaunchPlan& plan, int tokens) const;
-  // Enqueues the routing stages (gating GEMM, scores, top-k, expert counts) of `plan`; with a
-  // fused tile, the decode routing kernel, which does the dispatch too, in place of top-k.
+  // Enqueues the routing stages (gating GEMM, scores, top-k, expert counts) of `plan`; where
+  // plan.route_decode, the decode routing kernel, which does the dispatch too, in place of top-k.
   void enqueue_routing(const LaunchPlan& plan, const void* x, int tokens, CUstream stream);
   // Enqueues one forward of `plan` on `stream`.
   void enqueue(const LaunchPlan& plan, const void* x, void* out, int tokens, CUstream stream);
