@@ -21,6 +21,10 @@ struct Combine {
     grid_dependency_trigger();  // the next kernel may launch now; it waits for this one
     grid_dependency_wait();     // y of the down GEMM
     const long long index = (long long)blockIdx.x * kThreads + threadIdx.x;
+    // Every other stage of the forward has completed: zero its counters for the next forward.
+    for (long long i = index; i < p.counter_ints; i += (long long)gridDim.x * kThreads) {
+      p.counters[i] = 0;
+    }
     if (index >= (long long)p.tokens * kChunks) return;
     const long long token = index / kChunks, chunk = index % kChunks;
     const float4* y = reinterpret_cast<const float4*>(p.y) + token * SLOTS * kChunks + chunk;

@@ -3,8 +3,8 @@
 // 98-99% of the 4 GiB read rate, two kernels of 528 and 264 MiB at 83-87% (docs/PERF.md 9d), and
 // DeepSeek-V3 at T = 1 reads 792 MB.
 //
-// Work items, in ticket order (a block takes one ticket from a counter, zeroed with the expert
-// counts before the routing, and does that item):
+// Work items, in ticket order (a block takes one ticket from a counter, zero when the forward
+// starts, and does that item):
 //   1. the shared expert's gate/up tiles, 2. its down tiles, 3. the routed experts' gate/up tiles,
 //      4. their down tiles; each group row block by row block, column blocks fastest.
 //   With SHARED_DOWN_LAST: 1, 3, 2, 4, so that the shared expert's down tiles do not hold 112
@@ -90,7 +90,9 @@ struct GroupedGemmDecode {
     grid_dependency_trigger();  // the next kernel may launch now; it waits for this one
     extern __shared__ __align__(128) unsigned char smem[];
     __shared__ int ticket;
-    // The counter was zeroed before the routing kernels, which ran before this launch.
+    // Before any wait, so the counter and shared_done must be zero before this kernel can start:
+    // the last forward's combine zeroed them, and this forward's router launched only after it
+    // completed (the router waits before it triggers, routing.cuh), this kernel after the router.
     if (threadIdx.x == 0) ticket = atomicAdd(p.ticket, 1);
     __syncthreads();
     int t = ticket;

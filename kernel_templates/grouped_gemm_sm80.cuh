@@ -70,9 +70,15 @@ struct GroupedGemmSm80 {
   }
 
   static __device__ void run(const GemmParams& p) {
-    grid_dependency_trigger();  // the next kernel may launch now; it waits for this one
-    if (MODE == kGateUp && S > 0 && p.shared_prefetch > 0) prefetch_shared(p);
-    grid_dependency_wait();
+    if (MODE == kRouter) {
+      // The forward's first kernel: it waits before it triggers, as RouterLogits::run says.
+      grid_dependency_wait();
+      grid_dependency_trigger();
+    } else {
+      grid_dependency_trigger();  // the next kernel may launch now; it waits for this one
+      if (MODE == kGateUp && S > 0 && p.shared_prefetch > 0) prefetch_shared(p);
+      grid_dependency_wait();
+    }
     extern __shared__ __align__(128) unsigned char smem[];
     tile(p, blockIdx.x, blockIdx.y, smem);
   }

@@ -27,7 +27,7 @@ struct TopkParams {
                         // unless the template's BIAS
   int* topk_ids;        // (T, k)
   float* topk_weights;  // (T, k) dtype-rounded
-  int* expert_counts;   // (E) routed pairs per expert, zeroed before the routing kernels
+  int* expert_counts;   // (E) routed pairs per expert, zero when the routing starts
   int tokens;
   float routed_scaling_factor;
   // Parts of the gating GEMM's K split: > 1, the logits are fp32 partial sums, added here in
@@ -122,6 +122,10 @@ struct CombineParams {
   const void* y;  // fp32 (T, k + S, H)
   void* out;      // (T, H)
   int tokens;
+  // The forward's counters, zeroed here for the next forward of the plan once every stage before
+  // is done with them (CounterLayout in runtime/src/plan.h).
+  int* counters;
+  int counter_ints;
 };
 
 // Written by every generated instantiation as `rt_moe_meta`, read by the host at load time, so the

@@ -142,8 +142,11 @@ struct RouterLogits {
   }
 
   static __device__ void run(const RouterParams& p) {
-    grid_dependency_trigger();  // the next kernel may launch now; it waits for this one
+    // The forward's first kernel, launched programmatically after the caller's work: it waits
+    // for that (and the last forward's combine, which zeroes the counters) before it lets the
+    // next kernels launch, as the fused decode GEMM takes its first tickets without waiting.
     grid_dependency_wait();
+    grid_dependency_trigger();
     const int t0 = blockIdx.x * TOKENS;
     if (t0 >= p.tokens) return;  // the whole block
     // The grid's height says the layout: SPLIT warps a row when it holds every expert that way.
@@ -240,7 +243,7 @@ struct Topk {
 
   static __device__ void run(const TopkParams& p) {
     grid_dependency_trigger();  // the next kernel may launch now; it waits for this one
-    grid_dependency_wait();     // the logits, and the counts zeroed before the router
+    grid_dependency_wait();     // the logits (and the counts, zero since the last combine)
     const int token = blockIdx.x * WARPS + threadIdx.x / 32;
     if (token < p.tokens) select(p, token, p.expert_counts);
   }

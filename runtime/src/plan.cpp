@@ -34,14 +34,15 @@ WorkspaceLayout workspace_layout(const MoeConfig& c, std::int64_t max_tokens, in
   l.logits = take(sizeof(float) * T * E * (router.block_m == 0 ? 1 : router.split));
   l.topk_ids = take(sizeof(int) * T * k);
   l.topk_weights = take(sizeof(float) * T * k);
-  // The counters follow the expert counts, so that one memset zeroes them all.
   l.shared_chunk_blocks = fused ? (T + kFusedBlockM - 1) / kFusedBlockM : 0;
-  l.zeroed_ints = std::size_t(E + 3 + l.max_blocks + S * l.shared_chunk_blocks);
-  l.counts = take(sizeof(int) * l.zeroed_ints);
-  l.tile_counters = l.counts + sizeof(int) * E;
-  l.decode_ticket = l.tile_counters + sizeof(int) * 2;
-  l.gate_up_done = l.decode_ticket + sizeof(int);
-  l.shared_done = l.gate_up_done + sizeof(int) * l.max_blocks;
+  CounterLayout& n = l.counters;
+  n.ints = std::size_t(E + 3 + l.max_blocks + S * l.shared_chunk_blocks);
+  n.counts = 0;
+  n.tile_counters = n.counts + sizeof(int) * E;
+  n.decode_ticket = n.tile_counters + sizeof(int) * 2;
+  n.gate_up_done = n.decode_ticket + sizeof(int);
+  n.shared_done = n.gate_up_done + sizeof(int) * l.max_blocks;
+  l.route_counts = take(sizeof(int) * E);
   l.fill = take(sizeof(int) * (E + S));
   l.padded_offsets = take(sizeof(int) * (E + S + 1));
   l.block_expert = take(sizeof(int) * l.max_blocks);

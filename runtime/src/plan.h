@@ -13,6 +13,21 @@
 
 namespace rt_moe {
 
+// The forward's counters, byte offsets into a buffer of the plan's own (LaunchPlan::counters), not
+// into the workspace that every bucket shares. They must be zero when a forward starts: the plan
+// zeroes them when it is built, and every forward's combine zeroes them again once all the other
+// stages are done with them. So a forward starts with no memset, and no other bucket's forward,
+// which writes the workspace, can leave them dirty (CUDA graphs of several buckets replay in any
+// order).
+struct CounterLayout {
+  std::size_t counts = 0;         // int (E): routed pairs per expert (top-k's atomics)
+  std::size_t tile_counters = 0;  // int (2): the TMA grouped GEMMs' next tile (gate/up, down)
+  std::size_t decode_ticket = 0;  // int (1): the fused decode GEMM's next work item
+  std::size_t gate_up_done = 0;   // int (max_blocks): its finished gate/up tiles a row block
+  std::size_t shared_done = 0;    // int (S * shared_chunk_blocks): the same, shared rows
+  std::size_t ints = 0;           // all of them
+};
+
 // Byte offsets of the forward's scratch arrays in the workspace, sized for a bucket.
 struct WorkspaceLayout {
   std::int64_t max_tokens = 0;
@@ -21,12 +36,8 @@ struct WorkspaceLayout {
   std::size_t logits = 0;          // float (T, E)
   std::size_t topk_ids = 0;        // int (T, k)
   std::size_t topk_weights = 0;    // float (T, k)
-  std::size_t counts = 0;          // int (E), then the counters below: one memset zeroes all
-  std::size_t tile_counters = 0;   // int (2): the TMA grouped GEMMs' next tile (gate/up, down)
-  std::size_t decode_ticket = 0;   // int (1): the fused decode GEMM's next work item
-  std::size_t gate_up_done = 0;    // int (max_blocks): its finished gate/up tiles a row block
-  std::size_t shared_done = 0;     // int (S * shared_chunk_blocks): the same, shared rows
-  std::size_t zeroed_ints = 0;     // ints from `counts` zeroed before each forward
+  CounterLayout counters;          // in LaunchPlan::counters, not in the workspace
+  std::size_t route_counts = 0;    // int (E): route()'s expert counts, zeroed before it
   std::size_t fill = 0;            // int (E + S)
   std::size_t padded_offsets = 0;  // int (E + S + 1)
   std::size_t block_expert = 0;    // int (max_blocks)
@@ -75,6 +86,8 @@ struct LaunchPlan {
   // The fused decode GEMM's table of the shared expert's rows (DecodeParams): the row block
   // count, the expert of each row block, then the pair of each row.
   driver::DeviceBuffer shared_table;
+  // The forward's counters (layout.counters), zero between forwards.
+  driver::DeviceBuffer counters;
 };
 
 }  // namespace rt_moe

@@ -97,6 +97,13 @@ LaunchPlan MoeRuntime::Impl::build_plan(const Bucket& bucket, const GemmTile& ti
   plan.down = loaded[5];
   plan.combine = loaded[6];
   plan.layout = workspace_layout(config, bucket.max_tokens, plan.tile.block_m, plan.tile.fused);
+  {
+    // Zero before the plan's first forward; each forward's combine zeroes them again.
+    const std::vector<int> zeros(plan.layout.counters.ints, 0);
+    driver::ScopedContext scope(context.get());
+    plan.counters = driver::DeviceBuffer(zeros.size() * sizeof(int));
+    plan.counters.upload(zeros.data(), zeros.size() * sizeof(int));
+  }
   if (plan.tile.fused && config.n_shared_experts > 0) {
     const std::vector<int> table = shared_rows_table(config, plan.layout.shared_chunk_blocks);
     driver::ScopedContext scope(context.get());
@@ -172,19 +179,18 @@ void MoeRuntime::Impl::ensure_workspace(std::size_t bytes) {
   log().debug("workspace grown to {:.1f} MiB", bytes / 1048576.0);
 }
 
-void MoeRuntime::Impl::enqueue_routing(const LaunchPlan& plan, const void* x, int T,
+void MoeRuntime::Impl::enqueue_routing(const LaunchPlan& plan, const void* x, int T, int* counts,
                                        CUstream stream) {
   const MoeConfig& c = config;
   const WorkspaceLayout& l = plan.layout;
   const CUdeviceptr ws = workspace.get();
   auto ptr = [ws](std::size_t offset) { return reinterpret_cast<void*>(ws + offset); };
   const std::int64_t E = c.n_routed_experts;
+  const LaunchOrder order = stage_order(kernels->arch());
 
-  RT_MOE_CALL(cuMemsetD32Async, ws + l.counts, 0, l.zeroed_ints, stream);  // + the counters
-
-  // The router follows the memset, not a kernel, so it launches serially (a programmatic edge
-  // only relaxes a kernel-to-kernel dependency); each later stage overlaps its launch with the
-  // stage before on sm_90 and newer.
+  // No memset: the counters are zero (LaunchPlan::counters). Every stage overlaps its launch with
+  // the work before it on sm_90 and newer, the router too (after the caller's kernel, or the last
+  // forward's combine); the router waits before it lets the next stages launch (routing.cuh).
   if (plan.router_tile.block_m == 0) {
     RouterParams params{x, router, static_cast<float*>(ptr(l.logits)), T};
     // kRouterSplit warps a router row while one warp a row would leave SMs idle (DeepSeek-V3 on
@@ -194,7 +200,7 @@ void MoeRuntime::Impl::enqueue_routing(const LaunchPlan& plan, const void* x, in
     const bool split = std::int64_t(token_blocks) * whole_rows < device.sm_count;
     launch(*plan.router,
            {token_blocks, split ? ceil_div(E, kRouterWarps / kRouterSplit) : whole_rows}, params,
-           stream);
+           stream, order);
   } else {
     GemmParams params{};
     params.a = x;
@@ -206,7 +212,7 @@ void MoeRuntime::Impl::enqueue_routing(const LaunchPlan& plan, const void* x, in
     params.round_logits = c.routing.logits_fp32 || split > 1 ? 0 : 1;
     launch(*plan.router,
            {ceil_div(T, plan.router_tile.block_m), ceil_div(E, plan.router_tile.block_n), split},
-           params, stream);
+           params, stream, order);
   }
 
   TopkParams topk{};
@@ -214,25 +220,25 @@ void MoeRuntime::Impl::enqueue_routing(const LaunchPlan& plan, const void* x, in
   topk.bias = router_bias;
   topk.topk_ids = static_cast<int*>(ptr(l.topk_ids));
   topk.topk_weights = static_cast<float*>(ptr(l.topk_weights));
-  topk.expert_counts = static_cast<int*>(ptr(l.counts));
+  topk.expert_counts = counts;
   topk.tokens = T;
   topk.routed_scaling_factor = c.routing.routed_scaling_factor;
   topk.logit_splits = plan.router_tile.block_m == 0 ? 1 : plan.router_tile.split;
   topk.round_logits = c.routing.logits_fp32 ? 0 : 1;
   if (plan.route_decode) {
     // One block for top-k and the dispatch: a warp a token.
-    launch(*plan.topk, {1}, RouteDecodeParams{topk, offsets_params(plan, T)}, stream,
-           stage_order(kernels->arch()));
+    launch(*plan.topk, {1}, RouteDecodeParams{topk, offsets_params(plan, T, counts)}, stream,
+           order);
   } else {
-    launch(*plan.topk, {ceil_div(T, kTopkWarps)}, topk, stream, stage_order(kernels->arch()));
+    launch(*plan.topk, {ceil_div(T, kTopkWarps)}, topk, stream, order);
   }
 }
 
-OffsetsParams MoeRuntime::Impl::offsets_params(const LaunchPlan& plan, int T) const {
+OffsetsParams MoeRuntime::Impl::offsets_params(const LaunchPlan& plan, int T, int* counts) const {
   const WorkspaceLayout& l = plan.layout;
   const CUdeviceptr ws = workspace.get();
   auto ptr = [ws](std::size_t offset) { return reinterpret_cast<int*>(ws + offset); };
-  return {ptr(l.counts),
+  return {counts,
           ptr(l.fill),
           ptr(l.padded_offsets),
           ptr(l.block_expert),
@@ -249,12 +255,17 @@ void MoeRuntime::Impl::enqueue(const LaunchPlan& plan, const void* x, void* out,
   const CUdeviceptr ws = workspace.get();
   auto ptr = [ws](std::size_t offset) { return reinterpret_cast<void*>(ws + offset); };
   const std::int64_t slots = c.top_k + c.n_shared_experts;
+  const CUdeviceptr counters = plan.counters.get();
+  auto counter = [counters](std::size_t offset) {
+    return reinterpret_cast<int*>(counters + offset);
+  };
+  const CounterLayout& n = l.counters;
 
-  enqueue_routing(plan, x, T, stream);
+  enqueue_routing(plan, x, T, counter(n.counts), stream);
   const std::int64_t blocks = max_row_blocks(c, T, plan.tile.block_m);
   const LaunchOrder order = stage_order(kernels->arch());
   if (!plan.route_decode) {  // else the decode routing kernel did the dispatch
-    launch(*plan.offsets, {1}, offsets_params(plan, T), stream, order);
+    launch(*plan.offsets, {1}, offsets_params(plan, T, counter(n.counts)), stream, order);
     ScatterParams scatter{static_cast<const int*>(ptr(l.topk_ids)),
                           static_cast<const int*>(ptr(l.padded_offsets)),
                           static_cast<int*>(ptr(l.fill)), static_cast<int*>(ptr(l.sorted_rows)), T};
@@ -270,7 +281,7 @@ void MoeRuntime::Impl::enqueue(const LaunchPlan& plan, const void* x, void* out,
   gate_up.num_blocks = static_cast<const int*>(ptr(l.num_blocks));
   gate_up.padded_offsets = static_cast<const int*>(ptr(l.padded_offsets));
   gate_up.topk_weights = static_cast<const float*>(ptr(l.topk_weights));
-  gate_up.expert_counts = static_cast<const int*>(ptr(l.counts));
+  gate_up.expert_counts = counter(n.counts);
   gate_up.tokens = T;
   gate_up.shared_prefetch = plan.shared_prefetch;
   GemmParams down = gate_up;
@@ -287,7 +298,7 @@ void MoeRuntime::Impl::enqueue(const LaunchPlan& plan, const void* x, void* out,
     GemmTmaParams tma_gate_up{};
     weight_tensor_maps(c, weights, plan.tile.block_n, false, tma_gate_up);
     tma_gate_up.gemm = gate_up;
-    tma_gate_up.tile_counter = static_cast<int*>(ptr(l.tile_counters));
+    tma_gate_up.tile_counter = counter(n.tile_counters);
     tma_gate_up.band = plan.tile_band;
     launch(*plan.gate_up, {std::min(row_groups * gate_up_cols, plan.gemm_ctas)}, tma_gate_up,
            stream, order, cluster);
@@ -297,7 +308,7 @@ void MoeRuntime::Impl::enqueue(const LaunchPlan& plan, const void* x, void* out,
         tensor_map_2d(c.dtype, ptr(l.h), std::uint64_t(l.max_rows), std::uint64_t(c.d_expert),
                       std::uint64_t(c.d_expert), std::uint32_t(plan.tile.block_m), "h (workspace)");
     tma_down.gemm = down;
-    tma_down.tile_counter = static_cast<int*>(ptr(l.tile_counters)) + 1;
+    tma_down.tile_counter = counter(n.tile_counters) + 1;
     tma_down.band = plan.tile_band;
     launch(*plan.down, {std::min(row_groups * down_cols, plan.gemm_ctas)}, tma_down, stream, order,
            cluster);
@@ -319,9 +330,9 @@ void MoeRuntime::Impl::enqueue(const LaunchPlan& plan, const void* x, void* out,
       decode.shared_down.a = ptr(l.shared_h);
       decode.shared_down.out = ptr(l.y);
     }
-    decode.ticket = static_cast<int*>(ptr(l.decode_ticket));
-    decode.gate_up_done = static_cast<int*>(ptr(l.gate_up_done));
-    decode.shared_done = static_cast<int*>(ptr(l.shared_done));
+    decode.ticket = counter(n.decode_ticket);
+    decode.gate_up_done = counter(n.gate_up_done);
+    decode.shared_done = counter(n.shared_done);
     // Enough blocks for every item: a down tile is plan.tile.split items.
     launch(*plan.gate_up,
            {unsigned(blocks) * (gate_up_cols + down_cols * unsigned(plan.tile.split))}, decode,
@@ -331,7 +342,7 @@ void MoeRuntime::Impl::enqueue(const LaunchPlan& plan, const void* x, void* out,
     launch(*plan.down, {unsigned(blocks), down_cols}, down, stream, order);
   }
 
-  CombineParams combine{ptr(l.y), out, T};
+  CombineParams combine{ptr(l.y), out, T, counter(0), int(n.ints)};
   launch(*plan.combine, {combine_blocks(T, c.d_hidden)}, combine, stream, order);
 }
 
@@ -461,7 +472,10 @@ void MoeRuntime::route(const void* x, std::int64_t tokens, CUstream_st* stream) 
   driver::ScopedContext scope(m.context.get());
   driver::check_stream_context(stream, m.context.get(), "route");
   const LaunchPlan& plan = m.plan_for(tokens, stream);
-  m.enqueue_routing(plan, x, int(tokens), stream);
+  // Its own counts, zeroed here: no combine follows to zero the plan's counters again.
+  const CUdeviceptr counts = m.workspace.get() + plan.layout.route_counts;
+  RT_MOE_CALL(cuMemsetD32Async, counts, 0, std::size_t(m.config.n_routed_experts), stream);
+  m.enqueue_routing(plan, x, int(tokens), reinterpret_cast<int*>(counts), stream);
   m.last_plan = &plan;
   m.last_tokens = tokens;
 }

@@ -56,11 +56,14 @@ struct MoeRuntime::Impl {
   // Grows the workspace to at least `bytes` (synchronizing the context: forwards in flight may
   // use the old one).
   void ensure_workspace(std::size_t bytes);
-  // The dispatch's parameters (Offsets, and RouteDecode's offsets part) for `tokens` tokens.
-  OffsetsParams offsets_params(const LaunchPlan& plan, int tokens) const;
-  // Enqueues the routing stages (gating GEMM, scores, top-k, expert counts) of `plan`; where
-  // plan.route_decode, the decode routing kernel, which does the dispatch too, in place of top-k.
-  void enqueue_routing(const LaunchPlan& plan, const void* x, int tokens, CUstream stream);
+  // The dispatch's parameters (Offsets, and RouteDecode's offsets part) for `tokens` tokens, with
+  // the expert counts at `counts`.
+  OffsetsParams offsets_params(const LaunchPlan& plan, int tokens, int* counts) const;
+  // Enqueues the routing stages (gating GEMM, scores, top-k, expert counts into `counts`, which
+  // must be zero) of `plan`; where plan.route_decode, the decode routing kernel, which does the
+  // dispatch too, in place of top-k.
+  void enqueue_routing(const LaunchPlan& plan, const void* x, int tokens, int* counts,
+                       CUstream stream);
   // Enqueues one forward of `plan` on `stream`.
   void enqueue(const LaunchPlan& plan, const void* x, void* out, int tokens, CUstream stream);
 

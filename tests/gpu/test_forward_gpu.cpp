@@ -107,6 +107,66 @@ TEST_CASE("the forward is deterministic and replays identically from a CUDA grap
   }
 }
 
+TEST_CASE("each forward leaves its counters zero: buckets interleaved, route() between, graphs",
+          "[forward]") {
+  // No memset starts a forward: the combine zeroes the plan's counters (expert counts, the TMA
+  // tile counters, the fused decode kernel's ticket and done counts) for its next forward. A
+  // forward that found them dirty would route, tile or wait wrongly: every later run must equal
+  // the first bit for bit, whatever ran in between.
+  Fixture f(make_config(2048, 512, 32, 1, 4, DType::kBF16), 73);
+  CUstream s = f.stream.get();
+  const std::vector<std::int64_t> token_counts = {1, 8, 333};  // fused, fused, TMA tiles on sm_90a
+  std::vector<driver::DeviceBuffer> x_dev, out_dev;
+  std::vector<std::vector<std::uint16_t>> first;
+  for (std::size_t i = 0; i < token_counts.size(); ++i) {
+    const std::int64_t T = token_counts[i];
+    const std::vector<std::uint16_t> x = random_activations(f.config, T, 700 + T);
+    x_dev.push_back(upload(x));
+    out_dev.emplace_back(T * 2048 * 2);
+    ForwardRun run = run_forward(f.moe, x_dev[i], out_dev[i], T, s);
+    INFO("T = " << T << ", the plan's first forward");
+    CHECK(check_outputs(f.config, f.weights, x, T, run).pass());
+    first.push_back(run.out);
+  }
+  auto expect_same = [&](std::size_t i, const char* after) {
+    INFO("T = " << token_counts[i] << " after " << after);
+    CHECK(run_forward(f.moe, x_dev[i], out_dev[i], token_counts[i], s).out == first[i]);
+  };
+  for (std::size_t round = 0; round < 2; ++round) {
+    for (std::size_t i : {2, 0, 1, 0, 2}) expect_same(i, "forwards of other buckets");
+  }
+  // route() of one bucket between forwards of it and of others.
+  for (std::size_t i : {0, 1, 2}) {
+    f.moe.route(x_dev[(i + 1) % 3].as<const void>(), token_counts[(i + 1) % 3], s);
+    f.moe.route(x_dev[i].as<const void>(), token_counts[i], s);
+    expect_same(i, "route()");
+  }
+  // Graphs of two buckets, replayed in turns with eager forwards.
+  std::vector<driver::GraphExec> graphs;
+  for (std::size_t i : {0, 2}) {
+    RT_MOE_CALL(cuStreamSynchronize, s);
+    RT_MOE_CALL(cuStreamBeginCapture, s, CU_STREAM_CAPTURE_MODE_GLOBAL);
+    f.moe.forward(x_dev[i].as<const void>(), out_dev[i].as<void>(), token_counts[i], s);
+    CUgraph raw_graph = nullptr;
+    RT_MOE_CALL(cuStreamEndCapture, s, &raw_graph);
+    driver::Graph graph(raw_graph);
+    CUgraphExec raw_exec = nullptr;
+    RT_MOE_CALL(cuGraphInstantiateWithFlags, &raw_exec, graph.get(), 0);
+    graphs.emplace_back(raw_exec);
+  }
+  for (int turn = 0; turn < 6; ++turn) {
+    const std::size_t g = turn % 2, i = g == 0 ? 0 : 2;
+    RT_MOE_CALL(cuMemsetD8Async, out_dev[i].get(), 0xFF, out_dev[i].bytes(), s);
+    RT_MOE_CALL(cuGraphLaunch, graphs[g].get(), s);
+    RT_MOE_CALL(cuStreamSynchronize, s);
+    std::vector<std::uint16_t> replayed(first[i].size());
+    out_dev[i].download(replayed.data(), replayed.size() * 2);
+    INFO("graph of T = " << token_counts[i] << ", turn " << turn);
+    CHECK(replayed == first[i]);
+    if (turn % 3 == 2) expect_same(1, "graph replays");
+  }
+}
+
 TEST_CASE("T = 0 returns at once and writes nothing", "[forward]") {
   Fixture f(make_config(256, 64, 8, 1, 2, DType::kBF16), 81);
   driver::DeviceBuffer x_dev(256 * 2), out_dev(256 * 2);
