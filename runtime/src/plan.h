@@ -86,8 +86,11 @@ struct LaunchPlan {
   // The fused decode GEMM's table of the shared expert's rows (DecodeParams): the row block
   // count, the expert of each row block, then the pair of each row.
   driver::DeviceBuffer shared_table;
-  // The forward's counters (layout.counters), zero between forwards.
+  // The forward's counters (layout.counters), zero between forwards; counters_dirty when a forward
+  // threw after it launched some stages, so the next one zeroes them first (MoeRuntime::Impl::
+  // enqueue).
   driver::DeviceBuffer counters;
+  mutable bool counters_dirty = false;
 };
 
 }  // namespace rt_moe

@@ -250,6 +250,22 @@ OffsetsParams MoeRuntime::Impl::offsets_params(const LaunchPlan& plan, int T, in
 
 void MoeRuntime::Impl::enqueue(const LaunchPlan& plan, const void* x, void* out, int T,
                                CUstream stream) {
+  // A forward that threw after launching some of its stages may have left counts in the counters
+  // that no combine zeroed: the next forward of the plan zeroes them first.
+  if (plan.counters_dirty) {
+    RT_MOE_CALL(cuMemsetD32Async, plan.counters.get(), 0, plan.layout.counters.ints, stream);
+    plan.counters_dirty = false;
+  }
+  try {
+    enqueue_stages(plan, x, out, T, stream);
+  } catch (...) {
+    plan.counters_dirty = true;
+    throw;
+  }
+}
+
+void MoeRuntime::Impl::enqueue_stages(const LaunchPlan& plan, const void* x, void* out, int T,
+                                      CUstream stream) {
   const MoeConfig& c = config;
   const WorkspaceLayout& l = plan.layout;
   const CUdeviceptr ws = workspace.get();

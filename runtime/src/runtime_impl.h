@@ -64,8 +64,11 @@ struct MoeRuntime::Impl {
   // dispatch too, in place of top-k.
   void enqueue_routing(const LaunchPlan& plan, const void* x, int tokens, int* counts,
                        CUstream stream);
-  // Enqueues one forward of `plan` on `stream`.
+  // Enqueues one forward of `plan` on `stream` (enqueue_stages), after zeroing the plan's counters
+  // if a forward of it threw half-way (LaunchPlan::counters_dirty).
   void enqueue(const LaunchPlan& plan, const void* x, void* out, int tokens, CUstream stream);
+  void enqueue_stages(const LaunchPlan& plan, const void* x, void* out, int tokens,
+                      CUstream stream);
 
   // tuner.cpp: the tile for `bucket`: the stored choice, or (when tuning) the fastest candidate
   // measured now, or the heuristic default.
