@@ -102,6 +102,31 @@ TEST_CASE("routing: the workspace holds every part of the gating GEMM's K split"
   }
 }
 
+TEST_CASE("the counters: one array of the plan's own, each counter in it once", "[routing]") {
+  for (const std::string& name : preset_names()) {
+    const MoeConfig& c = preset(name).moe;
+    for (long long T : {1LL, 64LL, 4096LL}) {
+      for (bool fused : {false, true}) {
+        INFO(name << ", T = " << T << (fused ? ", fused" : ""));
+        const WorkspaceLayout l = workspace_layout(c, T, 16, fused);
+        const CounterLayout& n = l.counters;
+        const std::size_t E = std::size_t(c.n_routed_experts), S = std::size_t(c.n_shared_experts);
+        // In order, back to back, ending where `ints` says: the combine zeroes exactly them.
+        CHECK(n.counts == 0);
+        CHECK(n.tile_counters == sizeof(int) * E);
+        CHECK(n.decode_ticket == n.tile_counters + sizeof(int) * 2);
+        CHECK(n.gate_up_done == n.decode_ticket + sizeof(int));
+        CHECK(n.shared_done == n.gate_up_done + sizeof(int) * std::size_t(l.max_blocks));
+        CHECK(n.ints * sizeof(int) ==
+              n.shared_done + sizeof(int) * S * std::size_t(l.shared_chunk_blocks));
+        // route()'s counts are the workspace's, apart from the logits and top-k arrays around it.
+        CHECK(l.route_counts >= l.topk_weights + sizeof(float) * std::size_t(T * c.top_k));
+        CHECK(l.fill >= l.route_counts + sizeof(int) * E);
+      }
+    }
+  }
+}
+
 TEST_CASE("the fused decode GEMM's table of the shared rows: every chunk's tokens in order",
           "[routing]") {
   MoeConfig c = preset("deepseek-v3").moe;
