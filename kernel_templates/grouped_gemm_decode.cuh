@@ -90,9 +90,10 @@ struct GroupedGemmDecode {
     grid_dependency_trigger();  // the next kernel may launch now; it waits for this one
     extern __shared__ __align__(128) unsigned char smem[];
     __shared__ int ticket;
-    // Before any wait, so the counter and shared_done must be zero before this kernel can start:
-    // the last forward's combine zeroed them, and this forward's router launched only after it
-    // completed (the router waits before it triggers, routing.cuh), this kernel after the router.
+    // Before any wait, so the counter and shared_done must be zero, and the last forward's combine
+    // done with y, before this kernel can start: that combine zeroed them, and this kernel
+    // launches only after this forward's router passed its wait for that combine (the router
+    // waits before it triggers, routing.cuh).
     if (threadIdx.x == 0) ticket = atomicAdd(p.ticket, 1);
     __syncthreads();
     int t = ticket;

@@ -143,8 +143,9 @@ struct RouterLogits {
 
   static __device__ void run(const RouterParams& p) {
     // The forward's first kernel, launched programmatically after the caller's work: it waits
-    // for that (and the last forward's combine, which zeroes the counters) before it lets the
-    // next kernels launch, as the fused decode GEMM takes its first tickets without waiting.
+    // for that (and the last forward's combine, which zeroes the counters and reads y) before it
+    // lets the next kernels launch, as the fused decode GEMM takes tickets and writes the shared
+    // expert's h and y rows before its own wait.
     grid_dependency_wait();
     grid_dependency_trigger();
     const int t0 = blockIdx.x * TOKENS;
