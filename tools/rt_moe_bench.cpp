@@ -181,14 +181,8 @@ std::int64_t distinct_experts(MoeRuntime& moe) {
 double time_graph_ms(MoeRuntime& moe, const driver::DeviceBuffer& x_dev,
                      driver::DeviceBuffer& out_dev, std::int64_t tokens, const Options& options,
                      L2Flush& flush, CUstream stream) {
-  RT_MOE_CALL(cuStreamBeginCapture, stream, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);
-  moe.forward(x_dev.as<const void>(), out_dev.as<void>(), tokens, stream);
-  CUgraph raw_graph = nullptr;
-  RT_MOE_CALL(cuStreamEndCapture, stream, &raw_graph);
-  driver::Graph graph(raw_graph);
-  CUgraphExec raw_exec = nullptr;
-  RT_MOE_CALL(cuGraphInstantiateWithFlags, &raw_exec, graph.get(), 0);
-  driver::GraphExec exec(raw_exec);
+  const driver::GraphExec exec = test::capture_forward(moe, x_dev, out_dev, tokens, stream,
+                                                       CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);
   RT_MOE_CALL(cuGraphLaunch, exec.get(), stream);  // warm-up
   return median(time_events_ms(stream, options.iters, &flush,
                                [&] { RT_MOE_CALL(cuGraphLaunch, exec.get(), stream); }));

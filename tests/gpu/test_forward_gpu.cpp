@@ -89,14 +89,7 @@ TEST_CASE("the forward is deterministic and replays identically from a CUDA grap
   CUstream s = f.stream.get();
   RT_MOE_CALL(cuMemsetD8Async, out_dev.get(), 0xFF, out_dev.bytes(), s);
   RT_MOE_CALL(cuStreamSynchronize, s);
-  RT_MOE_CALL(cuStreamBeginCapture, s, CU_STREAM_CAPTURE_MODE_GLOBAL);
-  f.moe.forward(x_dev.as<const void>(), out_dev.as<void>(), tokens, s);
-  CUgraph raw_graph = nullptr;
-  RT_MOE_CALL(cuStreamEndCapture, s, &raw_graph);
-  driver::Graph graph(raw_graph);
-  CUgraphExec raw_exec = nullptr;
-  RT_MOE_CALL(cuGraphInstantiateWithFlags, &raw_exec, graph.get(), 0);
-  driver::GraphExec exec(raw_exec);
+  driver::GraphExec exec = capture_forward(f.moe, x_dev, out_dev, tokens, s);
   for (int replay = 0; replay < 2; ++replay) {
     RT_MOE_CALL(cuMemsetD8Async, out_dev.get(), 0xFF, out_dev.bytes(), s);
     RT_MOE_CALL(cuGraphLaunch, exec.get(), s);
@@ -145,14 +138,7 @@ TEST_CASE("each forward leaves its counters zero: buckets interleaved, route() b
   std::vector<driver::GraphExec> graphs;
   for (std::size_t i : {0, 2}) {
     RT_MOE_CALL(cuStreamSynchronize, s);
-    RT_MOE_CALL(cuStreamBeginCapture, s, CU_STREAM_CAPTURE_MODE_GLOBAL);
-    f.moe.forward(x_dev[i].as<const void>(), out_dev[i].as<void>(), token_counts[i], s);
-    CUgraph raw_graph = nullptr;
-    RT_MOE_CALL(cuStreamEndCapture, s, &raw_graph);
-    driver::Graph graph(raw_graph);
-    CUgraphExec raw_exec = nullptr;
-    RT_MOE_CALL(cuGraphInstantiateWithFlags, &raw_exec, graph.get(), 0);
-    graphs.emplace_back(raw_exec);
+    graphs.push_back(capture_forward(f.moe, x_dev[i], out_dev[i], token_counts[i], s));
   }
   for (int turn = 0; turn < 6; ++turn) {
     const std::size_t g = turn % 2, i = g == 0 ? 0 : 2;

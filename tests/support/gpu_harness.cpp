@@ -62,6 +62,19 @@ MoeWeights DeviceWeights::view() const {
           p(shared_gate), p(shared_up), p(shared_down), static_cast<const float*>(p(router_bias))};
 }
 
+driver::GraphExec capture_forward(MoeRuntime& moe, const driver::DeviceBuffer& x,
+                                  driver::DeviceBuffer& out, std::int64_t tokens, CUstream stream,
+                                  CUstreamCaptureMode mode) {
+  RT_MOE_CALL(cuStreamBeginCapture, stream, mode);
+  moe.forward(x.as<const void>(), out.as<void>(), tokens, stream);
+  CUgraph raw_graph = nullptr;
+  RT_MOE_CALL(cuStreamEndCapture, stream, &raw_graph);
+  driver::Graph graph(raw_graph);
+  CUgraphExec raw_exec = nullptr;
+  RT_MOE_CALL(cuGraphInstantiateWithFlags, &raw_exec, graph.get(), 0);
+  return driver::GraphExec(raw_exec);
+}
+
 ForwardRun run_forward(MoeRuntime& moe, const driver::DeviceBuffer& x, driver::DeviceBuffer& out,
                        std::int64_t tokens, CUstream stream) {
   const MoeConfig& c = moe.config();

@@ -39,6 +39,11 @@ struct ForwardRun {
 ForwardRun run_forward(MoeRuntime& moe, const driver::DeviceBuffer& x, driver::DeviceBuffer& out,
                        std::int64_t tokens, CUstream stream);
 
+// One forward of `tokens` captured on `stream` (its bucket must be loaded) and instantiated.
+driver::GraphExec capture_forward(MoeRuntime& moe, const driver::DeviceBuffer& x,
+                                  driver::DeviceBuffer& out, std::int64_t tokens, CUstream stream,
+                                  CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_GLOBAL);
+
 struct OutputCheck {
   std::int64_t nan_rows = 0;        // rows holding NaN (unwritten or wrong), of all T rows
   std::int64_t tokens_checked = 0;  // rows compared with the reference
