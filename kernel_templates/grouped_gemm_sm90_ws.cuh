@@ -158,6 +158,56 @@ __device__ __forceinline__ void named_barrier_sync() {
   asm volatile("bar.sync %0, %1;" ::"n"(ID), "n"(THREADS) : "memory");
 }
 
+// The next tile of a persistent CTA, in order from `counter`, for the 128 threads of its producer
+// warpgroup (thread `tid` of them; all call it, once per tile, in step). Thread 0 fetches, the
+// others read the tile from shared memory: slots[0..1], two, as a slow thread may still read one
+// while thread 0 fills the other. In a CTA pair (CLUSTER = 2), thread 0 of rank 0 fetches the
+// pair's tile and writes it to mailbox slot `slot` (slots[2 + slot]) of rank 1, then arrives on
+// rank 1's tile-ready barrier of that slot (a release at cluster scope). Thread 0 of rank 1 waits
+// on it, copies the tile to its own slot and arrives on rank 0's tile-free barrier of the slot,
+// which rank 0 waits on before it writes that mailbox slot again, two tiles later. tile_ready:
+// the two tile-ready barriers, then the two tile-free ones.
+template <int CLUSTER>
+__device__ __forceinline__ int next_tile_in_order(int* counter, int* slots, unsigned tile_ready,
+                                                  int iteration, int tid, int rank) {
+  const unsigned tile_free = tile_ready + 2 * 8;
+  int* mailbox = slots + 2;
+  const int slot = iteration & 1;
+  const unsigned round = unsigned(iteration >> 1);  // phase of this slot's barriers
+  if (tid == 0) {
+    if (CLUSTER == 1 || rank == 0) {
+      const int tile = atomicAdd(counter, 1);
+      slots[slot] = tile;
+      if (CLUSTER == 2) {
+        if (round > 0) mbarrier_wait_cluster(tile_free + 8 * slot, (round - 1) & 1);
+        st_shared_remote(smem_address(mailbox + slot), 1, tile);
+        mbarrier_arrive_remote(tile_ready + 8 * slot, 1);
+      }
+    } else {
+      mbarrier_wait_cluster(tile_ready + 8 * slot, round & 1);
+      slots[slot] = *static_cast<volatile int*>(mailbox + slot);
+      mbarrier_arrive_remote(tile_free + 8 * slot, 0);
+    }
+  }
+  named_barrier_sync<1, 128>();
+  return slots[slot];
+}
+
+// Copies `bytes` (a multiple of 16) of this CTA's shared memory at `src` to the same offset `dst`
+// (a shared::cta address of this CTA's layout) in CTA `rank` of the cluster, completing there on
+// the barrier at offset `bar` with a transaction count of `bytes` (the async proxy reads `src`:
+// what the generic proxy wrote there needs fence.proxy.async first).
+__device__ __forceinline__ void bulk_copy_to_cta(unsigned dst, unsigned src, unsigned bytes,
+                                                 unsigned bar, unsigned rank) {
+  asm volatile(
+      "{\n.reg .b32 d, b;\nmapa.shared::cluster.u32 d, %0, %3;\n"
+      "mapa.shared::cluster.u32 b, %2, %3;\n"
+      "cp.async.bulk.shared::cluster.shared::cta.mbarrier::complete_tx::bytes [d], [%1], %4, [b];"
+      "\n}" ::"r"(dst),
+      "r"(src), "r"(bar), "r"(rank), "r"(bytes)
+      : "memory");
+}
+
 template <int REGS>
 __device__ __forceinline__ void warpgroup_registers_dec() {
   asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(REGS));
@@ -280,8 +330,9 @@ struct GroupedGemmSm90Ws {
   static constexpr int kTileBBytes = BLOCK_N * BLOCK_K * 2;
   static constexpr int kStageBytes = kTileABytes + kTileBBytes;
   static constexpr int kHalfBBytes = kTileBBytes / 2;  // one TMA box: BLOCK_N / 2 rows
-  // full and empty barriers; CTA pairs: two tile-ready and two tile-free barriers (next_tile in
-  // produce); the per-stage tile slots, two broadcast slots for the producer, two mailbox slots.
+  // full and empty barriers; CTA pairs: two tile-ready and two tile-free barriers
+  // (next_tile_in_order); the per-stage tile slots, two broadcast slots for the producer, two
+  // mailbox slots.
   static constexpr int kBarrierBytes = 2 * STAGES * 8 + 4 * 8 + STAGES * 4 + 2 * 4 + 2 * 4;
   static constexpr int kSmemBytes = STAGES * kStageBytes + kBarrierBytes + 1024;  // + alignment
   static constexpr int kAcc = BLOCK_N / 2;  // fp32 accumulators per consumer thread
@@ -369,8 +420,6 @@ struct GroupedGemmSm90Ws {
   static __device__ void produce(const GemmTmaParams& p, unsigned smem_base, unsigned full,
                                  unsigned empty, unsigned tile_ready, int* tile_slots,
                                  int* broadcast, int tiles, int num_blocks, int rank) {
-    const unsigned tile_free = tile_ready + 2 * 8;
-    int* mailbox = broadcast + 2;
     const GemmParams& g = p.gemm;
     const int band = p.band;
     const int tid = threadIdx.x - 128 * CONSUMERS;
@@ -379,36 +428,9 @@ struct GroupedGemmSm90Ws {
     const unsigned tx_bytes = MODE == kGateUp ? kTileBBytes : kTileABytes + kTileBBytes;
     int stage = 0;
     unsigned phase = 0;
-    // The next tile of this CTA, in order from the counter: thread 0 fetches, the other producer
-    // threads read it from shared memory (two slots, as a slow thread may still read one while
-    // thread 0 fills the other). In a CTA pair, thread 0 of rank 0 fetches the pair's tile and
-    // writes it to mailbox slot `slot` of rank 1, then arrives on rank 1's tile-ready barrier of
-    // that slot (a release at cluster scope). Thread 0 of rank 1 waits on it, copies the tile to
-    // its broadcast slot and arrives on rank 0's tile-free barrier of the slot, which rank 0
-    // waits on before it writes that mailbox slot again, two tiles later.
-    auto next_tile = [&](int iteration) {
-      const int slot = iteration & 1;
-      const unsigned round = unsigned(iteration >> 1);  // phase of this slot's barriers
-      if (tid == 0) {
-        if (CLUSTER == 1 || rank == 0) {
-          const int tile = atomicAdd(p.tile_counter, 1);
-          broadcast[slot] = tile;
-          if (CLUSTER == 2) {
-            if (round > 0) mbarrier_wait_cluster(tile_free + 8 * slot, (round - 1) & 1);
-            st_shared_remote(smem_address(mailbox + slot), 1, tile);
-            mbarrier_arrive_remote(tile_ready + 8 * slot, 1);
-          }
-        } else {
-          mbarrier_wait_cluster(tile_ready + 8 * slot, round & 1);
-          broadcast[slot] = *static_cast<volatile int*>(mailbox + slot);
-          mbarrier_arrive_remote(tile_free + 8 * slot, 0);
-        }
-      }
-      named_barrier_sync<1, 128>();
-      return broadcast[slot];
-    };
     for (int iteration = 0;; ++iteration) {
-      const int tile = next_tile(iteration);
+      const int tile =
+          next_tile_in_order<CLUSTER>(p.tile_counter, broadcast, tile_ready, iteration, tid, rank);
       if (tile >= tiles) {
         // No more work: a stage that carries -1 instead of data tells the consumers.
         mbarrier_wait(empty + 8 * stage, phase ^ 1);
