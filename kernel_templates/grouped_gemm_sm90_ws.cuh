@@ -5,9 +5,9 @@
 // (tile_order.h), so that they share them in L2. The tiles are handed out by an atomic counter (in
 // tile order, so blocks that run faster or slower never drift apart in the order and lose that
 // sharing); in a CTA pair the first CTA takes the pair's tile from the counter and passes it to
-// the second through its shared memory. The producer passes each tile's index to the consumers
-// with the tile's first stage (a per-stage slot in shared memory), and -1 when there is no more
-// work.
+// the second through its shared memory. The producer passes each tile to the consumers with the
+// tile's first stage (a per-stage slot in shared memory: the tile decoded, TileSlot), and -1 when
+// there is no more work.
 // A block has one producer warpgroup and CONSUMERS consumer warpgroups:
 //   - the producer fills a STAGES-deep ring of A and B tiles (64 K elements each): weight tiles
 //     (B: gate and up rows, or down rows) and, in kDown, the h rows (A, contiguous in sorted
@@ -331,9 +331,9 @@ struct GroupedGemmSm90Ws {
   static constexpr int kStageBytes = kTileABytes + kTileBBytes;
   static constexpr int kHalfBBytes = kTileBBytes / 2;  // one TMA box: BLOCK_N / 2 rows
   // full and empty barriers; CTA pairs: two tile-ready and two tile-free barriers
-  // (next_tile_in_order); the per-stage tile slots, two broadcast slots for the producer, two
-  // mailbox slots.
-  static constexpr int kBarrierBytes = 2 * STAGES * 8 + 4 * 8 + STAGES * 4 + 2 * 4 + 2 * 4;
+  // (next_tile_in_order); the per-stage tile slots (TileSlot), two broadcast slots for the
+  // producer, two mailbox slots.
+  static constexpr int kBarrierBytes = 2 * STAGES * 8 + 4 * 8 + STAGES * 16 + 2 * 4 + 2 * 4;
   static constexpr int kSmemBytes = STAGES * kStageBytes + kBarrierBytes + 1024;  // + alignment
   static constexpr int kAcc = BLOCK_N / 2;  // fp32 accumulators per consumer thread
   // Gathered A rows (kGateUp): 8 chunks of 16 bytes per 128-byte row, 128 producer threads.
@@ -391,6 +391,15 @@ struct GroupedGemmSm90Ws {
     bool exists;     // m_block < num_blocks (an odd last block's partner does not)
     bool multicast;  // both row blocks of the cluster belong to `expert`
   };
+  // What the consumers need of a tile, decoded by the producer (which walks the tile order anyway)
+  // and passed with the tile's first stage, so that the consumers' tile start has no global load
+  // and no division on its path: the tile index (-1: no more work), its row and column block, and
+  // bit c set when consumer warpgroup c has rows to compute (its first row is no padding; padding
+  // rows are the tail of an expert's range, so all 64 are padding when the first is).
+  struct TileSlot {
+    int tile, m_block, n_block, active;
+  };
+
   // In bands of row blocks (tile_order.h); CTA pairs in bands of units of two row blocks, rank r
   // taking row block 2 j + r of unit j.
   static __device__ __forceinline__ Tile tile_of(const GemmParams& g, int tile, int num_blocks,
@@ -418,7 +427,7 @@ struct GroupedGemmSm90Ws {
   }
 
   static __device__ void produce(const GemmTmaParams& p, unsigned smem_base, unsigned full,
-                                 unsigned empty, unsigned tile_ready, int* tile_slots,
+                                 unsigned empty, unsigned tile_ready, TileSlot* tile_slots,
                                  int* broadcast, int tiles, int num_blocks, int rank) {
     const GemmParams& g = p.gemm;
     const int band = p.band;
@@ -435,7 +444,7 @@ struct GroupedGemmSm90Ws {
         // No more work: a stage that carries -1 instead of data tells the consumers.
         mbarrier_wait(empty + 8 * stage, phase ^ 1);
         // The same arrivals as a stage of data: every gathering thread, and thread 0 for the TMA.
-        if (tid == 0) tile_slots[stage] = -1;
+        if (tid == 0) tile_slots[stage].tile = -1;
         if (MODE == kGateUp || tid == 0) mbarrier_arrive(full + 8 * stage);
         if (MODE == kGateUp && tid == 0) mbarrier_arrive(full + 8 * stage);
         break;
@@ -450,13 +459,26 @@ struct GroupedGemmSm90Ws {
           rows[j] = pair >= 0 ? x + (long long)(pair / kSlots) * H + chunk * 8 : nullptr;
         }
       }
+      // Thread 0's rows include each consumer warpgroup's first (row 64 c = tid / 8 + 16 j for
+      // j = 4 c); in kDown it reads them.
+      int active = 0;
+      if (tid == 0 && t.exists) {
+#pragma unroll
+        for (int c = 0; c < CONSUMERS; ++c) {
+          const bool rows_there =
+              MODE == kGateUp ? rows[4 * c] != nullptr : g.sorted_rows[m0 + 64 * c] >= 0;
+          active |= rows_there ? 1 << c : 0;
+        }
+      }
       for (int kt = 0; kt < kTiles; ++kt) {
         mbarrier_wait(empty + 8 * stage, phase ^ 1);
         const unsigned a_smem = smem_base + stage * kStageBytes;
         const unsigned b_smem = a_smem + kTileABytes;
         const unsigned bar = full + 8 * stage;
         if (tid == 0) {
-          if (kt == 0) tile_slots[stage] = tile;  // published by the arrival below
+          if (kt == 0) {  // published by the arrival below
+            tile_slots[stage] = {tile, t.m_block, t.n_block, active};
+          }
           // The whole B tile lands here: half of it from the other CTA when multicast.
           mbarrier_arrive_expect_tx(bar, tx_bytes);
           if (t.multicast) {
@@ -486,9 +508,8 @@ struct GroupedGemmSm90Ws {
   }
 
   static __device__ void consume(const GemmTmaParams& p, unsigned smem_base, unsigned full,
-                                 unsigned empty, const int* tile_slots, int num_blocks, int rank) {
+                                 unsigned empty, const TileSlot* tile_slots, int rank) {
     const GemmParams& g = p.gemm;
-    const int band = p.band;
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
     const int group = warp / 4, warp_in_group = warp % 4;
     int stage = 0;
@@ -508,15 +529,22 @@ struct GroupedGemmSm90Ws {
       // Lane 0, the lane that releases the stage, reads its tile slot and passes it on: a read
       // by lanes 1-31 would come before the producer rewrites the slot only through lane 0's
       // arrival, an order that racecheck does not see (it reported a WAR hazard on the slot).
-      int tile = 0;
-      if (lane == 0) tile = tile_slots[stage];
-      tile = __shfl_sync(0xffffffffu, tile, 0);
-      if (tile < 0) break;
-      const Tile t = tile_of(g, tile, num_blocks, rank, band);
-      const int n_block = t.n_block;
-      const int m0 = t.m_block * BLOCK_M + group * 64;  // this warpgroup's first row
-      // Padding rows are the tail of an expert's range: all 64 are padding when the first is.
-      const bool active = t.exists && g.sorted_rows[m0] >= 0;
+      TileSlot slot{};
+      if (lane == 0) slot = tile_slots[stage];
+      if (__shfl_sync(0xffffffffu, slot.tile, 0) < 0) break;
+      const int n_block = __shfl_sync(0xffffffffu, slot.n_block, 0);
+      const int m0 = __shfl_sync(0xffffffffu, slot.m_block, 0) * BLOCK_M + group * 64;
+      const bool active = (__shfl_sync(0xffffffffu, slot.active, 0) >> group & 1) != 0;
+      // kDown: this thread's two rows' pairs, loaded now, their weights after the second K
+      // tile's MMAs are issued (the first's with one K tile), so that neither load waits in the
+      // epilogue.
+      const int row = m0 + warp_in_group * 16 + lane / 4;
+      int pairs[2] = {-1, -1};
+      float weights[2] = {0.f, 0.f};
+      if (MODE == kDown && active) {
+        pairs[0] = g.sorted_rows[row];
+        pairs[1] = g.sorted_rows[row + 8];
+      }
       int release = -1;
       for (int kt = 0; kt < kTiles; ++kt) {
         if (kt > 0) mbarrier_wait(full + 8 * stage, phase);
@@ -530,6 +558,12 @@ struct GroupedGemmSm90Ws {
           warpgroup_mma_k64<D, BLOCK_N>(acc, a_smem, b_smem, kt > 0);
           wgmma_commit();
           wgmma_wait<1>();  // the batch of the previous stage retired: release that stage
+          if (MODE == kDown && kt == (kTiles > 1 ? 1 : 0)) {
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+              if (pairs[h] >= 0) weights[h] = pair_weight<K, kSlots>(g, pairs[h]);
+            }
+          }
         }
         if (release >= 0) release_stage(release);
         release = stage;
@@ -540,12 +574,14 @@ struct GroupedGemmSm90Ws {
       }
       wgmma_wait<0>();
       release_stage(release);
-      if (active) store(g, acc, m0 + warp_in_group * 16 + lane / 4, n_block, lane);
+      if (active) store(g, acc, row, pairs, weights, n_block, lane);
     }
   }
 
-  // acc[4 j + v]: row `row` (+ 8 for v >= 2), column 8 j + 2 (lane % 4) + (v & 1) of the tile.
+  // acc[4 j + v]: row `row` (+ 8 for v >= 2), column 8 j + 2 (lane % 4) + (v & 1) of the tile;
+  // kDown: pairs[h] and weights[h] of row `row` + 8 h.
   static __device__ __forceinline__ void store(const GemmParams& g, const float* acc, int row,
+                                               const int (&pairs)[2], const float (&weights)[2],
                                                int n_block, int lane) {
     unsigned* out = reinterpret_cast<unsigned*>(g.out);
     float2* y = reinterpret_cast<float2*>(g.out);
@@ -563,9 +599,9 @@ struct GroupedGemmSm90Ws {
           }
         }
       } else {
-        const int pair = g.sorted_rows[row];
+        const int pair = pairs[half];
         if (pair >= 0) {
-          const float weight = pair_weight<K, kSlots>(g, pair);
+          const float weight = weights[half];
 #pragma unroll
           for (int j = 0; j < BLOCK_N / 8; ++j) {
             const int col = n_block * kOutCols + j * 8 + (lane % 4) * 2;
@@ -593,8 +629,9 @@ struct GroupedGemmSm90Ws {
     const unsigned full = smem_base + STAGES * kStageBytes;
     const unsigned empty = full + 8 * STAGES;
     const unsigned tile_ready = empty + 8 * STAGES;  // then tile_free, 2 x 8 bytes each
-    int* tile_slots = reinterpret_cast<int*>(smem + (tile_ready + 4 * 8 - smem_address(smem)));
-    int* broadcast = tile_slots + STAGES;  // then the mailbox, 2 ints each
+    TileSlot* tile_slots =
+        reinterpret_cast<TileSlot*>(smem + (tile_ready + 4 * 8 - smem_address(smem)));
+    int* broadcast = reinterpret_cast<int*>(tile_slots + STAGES);  // then the mailbox, 2 ints each
     if (threadIdx.x == 0) {
       for (int s = 0; s < STAGES; ++s) {
         mbarrier_init(full + 8 * s, MODE == kGateUp ? 128 + 1 : 1);
@@ -618,7 +655,7 @@ struct GroupedGemmSm90Ws {
               rank);
     } else {
       if (CONSUMERS >= 2) warpgroup_registers_inc<kConsumerRegs>();
-      consume(p, smem_base, full, empty, tile_slots, num_blocks, rank);
+      consume(p, smem_base, full, empty, tile_slots, rank);
     }
     // Neither CTA leaves while the other may still write its shared memory or arrive on its
     // barriers.

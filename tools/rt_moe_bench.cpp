@@ -194,7 +194,6 @@ TokenResult bench_tokens(MoeRuntime& moe, const test::HostWeights* weights, std:
   const MoeConfig& c = moe.config();
   TokenResult r;
   r.tokens = tokens;
-  r.plan = moe.describe(tokens);
   const std::vector<std::uint16_t> x = test::random_activations(c, tokens, 1000 + tokens);
   const driver::DeviceBuffer x_dev = test::upload(x);
   driver::DeviceBuffer out_dev(std::max<std::size_t>(16, std::size_t(tokens) * c.d_hidden * 2));
@@ -204,6 +203,9 @@ TokenResult bench_tokens(MoeRuntime& moe, const test::HostWeights* weights, std:
   moe.forward(x_dev.as<const void>(), out_dev.as<void>(), tokens, stream);
   RT_MOE_CALL(cuStreamSynchronize, stream);
   r.first_forward_s = seconds_since(start);
+  // After the first forward: before it, no plan exists and describe() names the heuristic tile,
+  // not a pinned one (RuntimeOptions::tile).
+  r.plan = moe.describe(tokens);
   for (int i = 1; i < options.warmup; ++i) {
     moe.forward(x_dev.as<const void>(), out_dev.as<void>(), tokens, stream);
   }

@@ -512,17 +512,21 @@ MoeRuntime::RoutingView MoeRuntime::last_routing() const {
 std::string MoeRuntime::describe(std::int64_t tokens) const {
   const MoeConfig& c = impl_->config;
   Bucket b = bucket_for(c, std::max<std::int64_t>(tokens, 1));
-  GemmTile tile = default_tile(c, b.max_tokens, impl_->kernels->arch());
+  // The built plan's tile; before the bucket's first forward, the pinned tile (which the plan
+  // will take, or the forward fails naming the candidates) or the heuristic one (the tuner may
+  // still choose another).
+  std::string tile = impl_->pinned_tile.empty()
+                         ? default_tile(c, b.max_tokens, impl_->kernels->arch()).describe()
+                         : impl_->pinned_tile;
   {
     std::lock_guard<std::mutex> lock(impl_->mutex);
     if (auto it = impl_->plans.find(b.group_sum_max); it != impl_->plans.end()) {
-      tile = it->second.tile;
+      tile = it->second.tile.describe();
     }
   }
   GemmTile router = router_tile(c, b.max_tokens);
   return fmt::format(
-      "bucket {} (<= {} tokens): grouped GEMM {}, router {}", b.group_sum_max, b.max_tokens,
-      tile.describe(),
+      "bucket {} (<= {} tokens): grouped GEMM {}, router {}", b.group_sum_max, b.max_tokens, tile,
       router.block_m == 0 ? std::string("cuda-core gemv") : "mma " + router.describe());
 }
 

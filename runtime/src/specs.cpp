@@ -90,7 +90,7 @@ int tile_smem_bytes(const GemmTile& t) {
   // + barriers and tile slots, each token row's pair and weight, alignment slack
   if (t.swap) return ring + t.stages * 20 + 4 * 8 + 16 + t.block_m * 8 + 1024;
   // + full/empty barriers, the pairs' tile-ready/free barriers, tile and broadcast slots, slack
-  if (t.ws) return ring + 2 * t.stages * 8 + 4 * 8 + t.stages * 4 + 16 + 1024;
+  if (t.ws) return ring + 2 * t.stages * 8 + 4 * 8 + t.stages * 16 + 16 + 1024;
   return t.sm == 90 ? ring + 1024 : ring;  // sm90: slack to align tiles to 1024 bytes
 }
 

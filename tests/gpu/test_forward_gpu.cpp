@@ -264,7 +264,10 @@ TEST_CASE("every TMA warp-specialized tile matches the reference (S = 0 and 2, b
         options.tile = tile;
         Fixture f(make_config(1024, 512, 16, shared, 4, dtype_of(d)), 81 + shared + d, options);
         INFO(tile << ", S = " << shared << ", dtype " << d);
+        // describe() names the pinned tile before the bucket's plan exists, and after.
+        CHECK(f.moe.describe(1000).find(std::string(tile) + ",") != std::string::npos);
         f.check(1000, 700 + shared, tile);
+        CHECK(f.moe.describe(1000).find(std::string(tile) + ",") != std::string::npos);
         if (std::string(tile).find("64x256") != std::string::npos) f.check(70, 710, tile);
         if (std::string(tile).find("sm90swap") != std::string::npos) {
           // H = 1216 and I = 576: the last column blocks of both GEMMs are partial (1216 =
