@@ -350,19 +350,25 @@ TEST_CASE("every TMA warp-specialized tile matches the reference (S = 0 and 2, b
   }
 }
 
-// The CTA pairs' hand-overs (the tile mailbox, the stages released in both CTAs) for
-// compute-sanitizer's racecheck and synccheck, on shapes small enough to run under it; hidden, as
-// the case above checks the same tiles. Run it by name:
-//   compute-sanitizer --tool racecheck rt_moe_gpu_tests "CTA pairs on small shapes*"
-TEST_CASE("CTA pairs on small shapes, for compute-sanitizer", "[.sanitizer]") {
-  for (const char* tile : {"sm90ws 128x256x64 wg2 s4 c2", "sm90ws 128x128x64 wg2 s6 c2"}) {
-    for (std::int64_t expert : {128, 512}) {
-      RuntimeOptions options;
-      options.tile = tile;
-      Fixture f(make_config(512, expert, 16, 1, 4, DType::kBF16), 97, options);
-      INFO(tile << ", I = " << expert);
-      f.check(600, 740, tile);
-    }
+// The CTA pairs' hand-overs (the tile mailbox, the stages released in both CTAs, the swapped
+// pairs' shared token tiles) and the swapped tiles' pair buffers (written by the producer, freed
+// by the consumers two tiles later) for compute-sanitizer's racecheck and synccheck, on shapes
+// small enough to run under it (T = 600: ~176 rows an expert, two token blocks of 160); hidden,
+// as the cases above check the same tiles. Run it by name:
+//   compute-sanitizer --tool racecheck rt_moe_gpu_tests "CTA pairs and swapped tiles*"
+TEST_CASE("CTA pairs and swapped tiles on small shapes, for compute-sanitizer", "[.sanitizer]") {
+  // Swapped pairs need an even count of column blocks: not I = 128 (one gate/up block).
+  const std::pair<const char*, std::int64_t> runs[] = {
+      {"sm90ws 128x256x64 wg2 s4 c2", 128}, {"sm90ws 128x256x64 wg2 s4 c2", 512},
+      {"sm90ws 128x128x64 wg2 s6 c2", 128}, {"sm90ws 128x128x64 wg2 s6 c2", 512},
+      {"sm90swap 160x256x64 s4", 128},      {"sm90swap 160x256x64 s4", 512},
+      {"sm90swap 160x256x64 s4 c2", 512},   {"sm90swap 64x256x64 s5", 512}};
+  for (const auto& [tile, expert] : runs) {
+    RuntimeOptions options;
+    options.tile = tile;
+    Fixture f(make_config(512, expert, 16, 1, 4, DType::kBF16), 97, options);
+    INFO(tile << ", I = " << expert);
+    f.check(600, 740, tile);
   }
 }
 
