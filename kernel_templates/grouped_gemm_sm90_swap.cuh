@@ -10,10 +10,7 @@
 // consumer warpgroups and a tile of 256 weight rows x TOKENS token rows:
 //   - the producer loads the weight tile (two 128-row boxes, TMA, 128-byte swizzle) and the token
 //     rows by cp.async from all 128 threads: gathered x rows (kGateUp) or the h rows of the block
-//     (kDown; rows past the expert's last row are zero-filled, never read). It passes each tile
-//     decoded with its first stage (TileSlot) and, in kDown, the tile's pairs and routing weights
-//     (TilePairs, two buffers), so the consumers load nothing from global memory but through the
-//     ring;
+//     (kDown; rows past the expert's last row are zero-filled, never read);
 //   - consumer warpgroup c issues two wgmma.m64nTOKENSk16 per 16 K elements, the token tile as B
 //     (K-major, the same swizzled layout as the weights), two 64-row weight slices as A:
 //       kGateUp: gate rows [64 c, 64 c + 64) and the up rows of the same columns, so a thread
@@ -147,11 +144,11 @@ struct GroupedGemmSm90Swap {
   static constexpr int kWeightBytes = BLOCK_N * BLOCK_K * 2;
   static constexpr int kStageBytes = kTokenBytes + kWeightBytes;
   static constexpr int kSliceBytes = 64 * BLOCK_K * 2;  // 64 weight rows: one wgmma's A
-  // full and empty barriers, two tile-ready and two tile-free barriers (next_tile_in_order), two
-  // pairs-free barriers, the per-stage tile slots (TileSlot), two broadcast and two mailbox slots;
-  // kDown: the pair and weight of each token row of a tile, two buffers (TilePairs).
-  static constexpr int kBarrierBytes = 2 * STAGES * 8 + 4 * 8 + 2 * 8 + STAGES * 16 + 16;
-  static constexpr int kPairBytes = MODE == kDown ? 2 * TOKENS * 8 : 0;
+  // full and empty barriers, two tile-ready and two tile-free barriers (next_tile_in_order), the
+  // per-stage tile slots, two broadcast and two mailbox slots; the pair and weight of each token
+  // row of the consumers' tile (kDown).
+  static constexpr int kBarrierBytes = 2 * STAGES * 8 + 4 * 8 + STAGES * 4 + 16;
+  static constexpr int kPairBytes = MODE == kDown ? TOKENS * 8 : 0;
   static constexpr int kSmemBytes = STAGES * kStageBytes + kBarrierBytes + kPairBytes + 1024;
   static constexpr int kAcc =
       TOKENS / 2;  // fp32 accumulators of one wgmma (N = TOKENS), per thread
@@ -173,21 +170,6 @@ struct GroupedGemmSm90Swap {
   struct Tile {
     int m_block, n_block, expert;
   };
-  // What the consumers need of a tile, decoded by the producer (which walks the tile order anyway)
-  // and passed with the tile's first stage, so that no global load or division is on the
-  // consumers' path at a tile's start: the tile index (-1: no more work), its token and column
-  // block, and the N of its MMAs (its token rows rounded up to 16: the rows past the expert's last
-  // are zero in the ring, and those past n are neither multiplied nor stored).
-  struct TileSlot {
-    int tile, m_block, n_block, n;
-  };
-  // kDown: the pair and routing weight of each token row of a tile (pair -1: padding), written by
-  // the producer before the tile's first stage is published, in buffer (the CTA's tile count) % 2;
-  // the consumers release a buffer (its pairs-free barrier, one arrival a warp) after their stores.
-  struct TilePairs {
-    int pair[TOKENS];
-    float weight[TOKENS];
-  };
   // In bands of token blocks (tile_order.h); CTA pairs walk units of two column blocks, rank r
   // taking column block 2 u + r of unit u.
   static __device__ __forceinline__ Tile tile_of(const GemmParams& g, int tile, int num_blocks,
@@ -205,12 +187,10 @@ struct GroupedGemmSm90Swap {
   // bulk copy's source is rewritten only after the other CTA's consumers released the stage, that
   // is after the copy completed there.
   static __device__ void produce(const GemmTmaParams& p, unsigned smem_base, unsigned full,
-                                 unsigned empty, unsigned tile_ready, TileSlot* tile_slots,
-                                 int* broadcast, TilePairs* tile_pairs, int tiles, int num_blocks,
-                                 int rank) {
+                                 unsigned empty, unsigned tile_ready, int* tile_slots,
+                                 int* broadcast, int tiles, int num_blocks, int rank) {
     const GemmParams& g = p.gemm;
     const int tid = threadIdx.x - 128 * CONSUMERS;
-    const unsigned pairs_free = tile_ready + 4 * 8;
     const int chunk = tid % 8;
     const unsigned short* a = reinterpret_cast<const unsigned short*>(g.a);
     const unsigned own_offset = unsigned(rank) * kOwnTokenBytes;  // this CTA's token rows
@@ -247,7 +227,7 @@ struct GroupedGemmSm90Swap {
         // No more work: a stage that carries -1 instead of data tells the consumers, with the
         // same arrivals as a stage of data (every gathering thread, and thread 0 for the TMA).
         mbarrier_wait(empty + 8 * stage, phase ^ 1);
-        if (tid == 0) tile_slots[stage].tile = -1;
+        if (tid == 0) tile_slots[stage] = -1;
         if (!kTmaTokens) mbarrier_arrive(full + 8 * stage);
         if (tid == 0) mbarrier_arrive(full + 8 * stage);
         break;
@@ -255,24 +235,6 @@ struct GroupedGemmSm90Swap {
       const Tile t = tile_of(g, tile, num_blocks, p.band, rank);
       const int m0 = t.m_block * BLOCK_M;
       const int own0 = rank * kOwnTokens;  // this CTA's first token row of the block
-      int n = 0;
-      if (tid == 0) {
-        const int expert_rows = t.expert < E ? g.expert_counts[t.expert] : g.tokens;
-        const int rows = min(TOKENS, expert_rows - (m0 - g.padded_offsets[t.expert]));
-        n = (rows + 15) / 16 * 16;
-      }
-      if (MODE == kDown) {
-        // The consumers' stores of the tile two back have read this buffer.
-        const int b = iteration & 1;
-        if (iteration >= 2) mbarrier_wait(pairs_free + 8 * b, ((iteration >> 1) - 1) & 1);
-        for (int r = tid; r < TOKENS; r += 128) {
-          const int pair = g.sorted_rows[m0 + r];
-          tile_pairs[b].pair[r] = pair;
-          tile_pairs[b].weight[r] = pair >= 0 ? pair_weight<K, kSlots>(g, pair) : 0.f;
-        }
-        // Every thread's pairs before thread 0's arrival on the tile's first stage.
-        named_barrier_sync<1, 128>();
-      }
       const unsigned short* rows[kRowsPerProducer];
       if (!kTmaTokens) {
 #pragma unroll
@@ -290,9 +252,7 @@ struct GroupedGemmSm90Swap {
         const unsigned weight_smem = token_smem + kTokenBytes;
         const unsigned bar = full + 8 * stage;
         if (tid == 0) {
-          if (kt == 0) {  // published by the arrival below
-            tile_slots[stage] = {tile, t.m_block, t.n_block, n};
-          }
+          if (kt == 0) tile_slots[stage] = tile;  // published by the arrival below
           mbarrier_arrive_expect_tx(bar, tx_bytes);
           WeightLoader::load_b_half(p, t.expert, t.n_block, kt, 0, weight_smem, bar, false);
           WeightLoader::load_b_half(p, t.expert, t.n_block, kt, 1, weight_smem, bar, false);
@@ -325,12 +285,12 @@ struct GroupedGemmSm90Swap {
   }
 
   static __device__ void consume(const GemmTmaParams& p, unsigned smem_base, unsigned full,
-                                 unsigned empty, unsigned tile_ready, const TileSlot* tile_slots,
-                                 const TilePairs* tile_pairs, int rank) {
+                                 unsigned empty, const int* tile_slots, int* tile_pairs,
+                                 int num_blocks, int rank) {
     const GemmParams& g = p.gemm;
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
     const int group = warp / 4, warp_in_group = warp % 4;
-    const unsigned pairs_free = tile_ready + 4 * 8;
+    float* tile_weights = reinterpret_cast<float*>(tile_pairs + TOKENS);
     // This warpgroup's two 64-row weight slices (offsets in the stage's weight tile): gate and up
     // rows of the same 64 columns, or 128 consecutive down rows.
     const unsigned slice0 = MODE == kGateUp ? group * kSliceBytes : 2 * group * kSliceBytes;
@@ -346,16 +306,29 @@ struct GroupedGemmSm90Swap {
       mbarrier_arrive(empty + 8 * s);
       if (CLUSTER == 2) mbarrier_arrive_remote_cta(empty + 8 * s, rank ^ 1);
     };
-    for (int count = 0;; ++count) {
+    for (;;) {
       // The tile comes with its first stage (lane 0 reads the slot; see grouped_gemm_sm90_ws).
       mbarrier_wait(full + 8 * stage, phase);
-      TileSlot slot{};
-      if (lane == 0) slot = tile_slots[stage];
-      if (__shfl_sync(0xffffffffu, slot.tile, 0) < 0) break;
-      const int m0 = __shfl_sync(0xffffffffu, slot.m_block, 0) * BLOCK_M;
-      const int n_block = __shfl_sync(0xffffffffu, slot.n_block, 0);
-      const int n = __shfl_sync(0xffffffffu, slot.n, 0);
-      const TilePairs& pairs = tile_pairs[count & 1];
+      int tile = 0;
+      if (lane == 0) tile = tile_slots[stage];
+      tile = __shfl_sync(0xffffffffu, tile, 0);
+      if (tile < 0) break;
+      const Tile t = tile_of(g, tile, num_blocks, p.band, rank);
+      const int m0 = t.m_block * BLOCK_M;
+      // The block's token rows, rounded up to 16: the N of its MMAs (the rows past the expert's
+      // last are zero in the ring; those past n are neither multiplied nor stored).
+      const int expert_rows = t.expert < E ? g.expert_counts[t.expert] : g.tokens;
+      const int rows = min(TOKENS, expert_rows - (m0 - g.padded_offsets[t.expert]));
+      const int n = (rows + 15) / 16 * 16;
+      if (MODE == kDown) {
+        // The last tile's stores have read the pairs (barrier), then this tile's go in.
+        named_barrier_sync<2, 128 * CONSUMERS>();
+        for (int r = tid; r < TOKENS; r += 128 * CONSUMERS) {
+          const int pair = g.sorted_rows[m0 + r];
+          tile_pairs[r] = pair;
+          tile_weights[r] = pair >= 0 ? pair_weight<K, kSlots>(g, pair) : 0.f;
+        }
+      }
       int release = -1;
       for (int kt = 0; kt < kTiles; ++kt) {
         if (kt > 0) mbarrier_wait(full + 8 * stage, phase);
@@ -377,12 +350,9 @@ struct GroupedGemmSm90Swap {
       }
       wgmma_wait<0>();
       release_stage(release);
-      store<0>(g, acc0, acc1, pairs.pair, pairs.weight, m0, n, n_block, group,
+      if (MODE == kDown) named_barrier_sync<2, 128 * CONSUMERS>();  // the tile's pairs are in
+      store<0>(g, acc0, acc1, tile_pairs, tile_weights, m0, n, t.n_block, group,
                warp_in_group * 16 + lane / 4, lane);
-      if (MODE == kDown) {
-        __syncwarp();
-        if (lane == 0) mbarrier_arrive(pairs_free + 8 * (count & 1));
-      }
     }
   }
 
@@ -473,11 +443,9 @@ struct GroupedGemmSm90Swap {
     const unsigned full = smem_base + STAGES * kStageBytes;
     const unsigned empty = full + 8 * STAGES;
     const unsigned tile_ready = empty + 8 * STAGES;  // then tile_free, 2 x 8 bytes each
-    const unsigned pairs_free = tile_ready + 4 * 8;  // 2 x 8 bytes
-    TileSlot* tile_slots =
-        reinterpret_cast<TileSlot*>(smem + (pairs_free + 2 * 8 - smem_address(smem)));
-    int* broadcast = reinterpret_cast<int*>(tile_slots + STAGES);  // then the mailbox, 2 ints each
-    TilePairs* tile_pairs = reinterpret_cast<TilePairs*>(broadcast + 4);
+    int* tile_slots = reinterpret_cast<int*>(smem + (tile_ready + 4 * 8 - smem_address(smem)));
+    int* broadcast = tile_slots + STAGES;  // then the mailbox, 2 ints each
+    int* tile_pairs = broadcast + 4;
     if (threadIdx.x == 0) {
       for (int s = 0; s < STAGES; ++s) {
         // Arrivals: thread 0's (with the transaction bytes), and every gathering thread's.
@@ -485,7 +453,6 @@ struct GroupedGemmSm90Swap {
         mbarrier_init(empty + 8 * s, CLUSTER * CONSUMERS * 4);
       }
       for (int b = 0; b < 4; ++b) mbarrier_init(tile_ready + 8 * b, 1);  // tile-ready, tile-free
-      for (int b = 0; b < 2; ++b) mbarrier_init(pairs_free + 8 * b, CONSUMERS * 4);
       mbarrier_init_fence();
     }
     // The barriers are initialized before any thread of the cluster uses them.
@@ -499,11 +466,11 @@ struct GroupedGemmSm90Swap {
     const int tiles = num_blocks * kColUnits;
     if (threadIdx.x >= 128 * CONSUMERS) {
       warpgroup_registers_dec<56>();
-      produce(p, smem_base, full, empty, tile_ready, tile_slots, broadcast, tile_pairs, tiles,
-              num_blocks, rank);
+      produce(p, smem_base, full, empty, tile_ready, tile_slots, broadcast, tiles, num_blocks,
+              rank);
     } else {
       warpgroup_registers_inc<224>();
-      consume(p, smem_base, full, empty, tile_ready, tile_slots, tile_pairs, rank);
+      consume(p, smem_base, full, empty, tile_slots, tile_pairs, num_blocks, rank);
     }
     // Neither CTA leaves while the other may still write its shared memory or arrive on its
     // barriers.

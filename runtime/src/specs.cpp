@@ -87,8 +87,8 @@ GemmTile swap_tile(int tokens, int stages, int cluster = 1) {
 int tile_smem_bytes(const GemmTile& t) {
   if (t.gemv) return t.warps_m * (t.block_m / 8) * 4 * 32 * 4;  // the warps' partial sums
   const int ring = t.stages * (t.block_m + t.block_n) * t.block_k * 2;
-  // + barriers and tile slots, each token row's pair and weight (two tiles), alignment slack
-  if (t.swap) return ring + t.stages * 32 + 4 * 8 + 2 * 8 + 16 + 2 * t.block_m * 8 + 1024;
+  // + barriers and tile slots, each token row's pair and weight, alignment slack
+  if (t.swap) return ring + t.stages * 20 + 4 * 8 + 16 + t.block_m * 8 + 1024;
   // + full/empty barriers, the pairs' tile-ready/free barriers, tile and broadcast slots, slack
   if (t.ws) return ring + 2 * t.stages * 8 + 4 * 8 + t.stages * 16 + 16 + 1024;
   return t.sm == 90 ? ring + 1024 : ring;  // sm90: slack to align tiles to 1024 bytes

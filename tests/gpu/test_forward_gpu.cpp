@@ -351,10 +351,10 @@ TEST_CASE("every TMA warp-specialized tile matches the reference (S = 0 and 2, b
 }
 
 // The CTA pairs' hand-overs (the tile mailbox, the stages released in both CTAs, the swapped
-// pairs' shared token tiles) and the swapped tiles' pair buffers (written by the producer, freed
-// by the consumers two tiles later) for compute-sanitizer's racecheck and synccheck, on shapes
-// small enough to run under it (T = 600: ~176 rows an expert, two token blocks of 160); hidden,
-// as the cases above check the same tiles. Run it by name:
+// pairs' shared token tiles: TMA multicast, bulk copies between the CTAs) and the swapped tiles'
+// per-tile pairs (the consumers' barrier) for compute-sanitizer's racecheck and synccheck, on
+// shapes small enough to run under it (T = 600: ~176 rows an expert, two token blocks of 160);
+// hidden, as the cases above check the same tiles. Run it by name:
 //   compute-sanitizer --tool racecheck rt_moe_gpu_tests "CTA pairs and swapped tiles*"
 TEST_CASE("CTA pairs and swapped tiles on small shapes, for compute-sanitizer", "[.sanitizer]") {
   // Swapped pairs need an even count of column blocks: not I = 128 (one gate/up block).
