@@ -21,16 +21,6 @@
 //     with the lane of the next column makes the stores two columns wide (h: 4 bytes, y: 8 bytes).
 // Padding token rows are zero in the ring, so their h rows are written as zeros (inside the
 // expert's padded range); kDown skips them.
-//
-// CLUSTER = 2: the two CTAs of a cluster take column blocks 2 u and 2 u + 1 of the same token
-// block (unit u of tile_order.h's order with col_blocks / 2 units), so they read the same token
-// rows; each loads half of them into both CTAs' rings, halving the token bytes pulled from L2
-// (the middle batches are L2-bound: docs/PERF.md). kDown: the h rows, contiguous, by TMA
-// multicast (rows past the expert's last are whatever h holds there: they only reach accumulator
-// columns that are never stored). kGateUp: the gathered x rows by cp.async, then a bulk copy of
-// the landed half into the other CTA (see produce). As in the TMA kernel's pairs, a stage is
-// rewritten only once the consumers of both CTAs released it, and the first CTA takes the pair's
-// tiles from the counter and passes them on (next_tile_in_order).
 #pragma once
 
 #include "grouped_gemm_sm90_ws.cuh"
@@ -120,8 +110,7 @@ RT_MOE_WGMMA_TOKENS(160, "80", "81", "82", RT_MOE_L160, RT_MOE_O160)
 #undef RT_MOE_WGMMA_TOKENS
 #undef RT_MOE_WGMMA_TOKENS_TYPE
 
-template <typename D, int H, int I, int E, int S, int K, int MODE, int TOKENS, int STAGES,
-          int CLUSTER>
+template <typename D, int H, int I, int E, int S, int K, int MODE, int TOKENS, int STAGES>
 struct GroupedGemmSm90Swap {
   static constexpr int BLOCK_M = TOKENS;  // token rows a block: the dispatch's padding
   static constexpr int BLOCK_N = 256;     // weight rows a tile
@@ -134,25 +123,18 @@ struct GroupedGemmSm90Swap {
   static constexpr int kTiles = kReduce / BLOCK_K;
   static constexpr int kOutCols = MODE == kGateUp ? BLOCK_N / 2 : BLOCK_N;  // per tile
   static constexpr int kColBlocks = ((MODE == kGateUp ? I : H) + kOutCols - 1) / kOutCols;
-  static constexpr int kColUnits = kColBlocks / CLUSTER;    // a pair's column blocks: 2 u, 2 u + 1
   static constexpr int kTokenBytes = TOKENS * BLOCK_K * 2;  // the ring's token tile
-  // The token rows a CTA loads: all, or its half of the pair's (the other half from the other CTA)
-  static constexpr int kOwnTokens = TOKENS / CLUSTER;
-  static constexpr int kOwnTokenBytes = kOwnTokens * BLOCK_K * 2;
-  // kDown pairs load the h rows (contiguous) by TMA, multicast; the rest gather them by cp.async.
-  static constexpr bool kTmaTokens = MODE == kDown && CLUSTER == 2;
   static constexpr int kWeightBytes = BLOCK_N * BLOCK_K * 2;
   static constexpr int kStageBytes = kTokenBytes + kWeightBytes;
   static constexpr int kSliceBytes = 64 * BLOCK_K * 2;  // 64 weight rows: one wgmma's A
-  // full and empty barriers, two tile-ready and two tile-free barriers (next_tile_in_order), the
-  // per-stage tile slots, two broadcast and two mailbox slots; the pair and weight of each token
-  // row of the consumers' tile (kDown).
-  static constexpr int kBarrierBytes = 2 * STAGES * 8 + 4 * 8 + STAGES * 4 + 16;
+  // full and empty barriers, the per-stage tile slots, two broadcast slots for the producer; the
+  // pair and weight of each token row of the consumers' tile (kDown).
+  static constexpr int kBarrierBytes = 2 * STAGES * 8 + STAGES * 4 + 8;
   static constexpr int kPairBytes = MODE == kDown ? TOKENS * 8 : 0;
   static constexpr int kSmemBytes = STAGES * kStageBytes + kBarrierBytes + kPairBytes + 1024;
   static constexpr int kAcc =
       TOKENS / 2;  // fp32 accumulators of one wgmma (N = TOKENS), per thread
-  static constexpr int kRowsPerProducer = kOwnTokens * 8 / 128;  // 16-byte chunks of 128 threads
+  static constexpr int kRowsPerProducer = TOKENS * 8 / 128;  // 16-byte chunks of 128 threads
 
   // The weight loads are those of the TMA kernel's 128 x 256 tile.
   using WeightLoader = GroupedGemmSm90Ws<D, H, I, E, S, K, MODE, 2, BLOCK_N, STAGES, 1>;
@@ -162,89 +144,47 @@ struct GroupedGemmSm90Swap {
                 "wgmma N variants of 16 to 160 token rows");
   static_assert(STAGES >= 2, "a ring of at least two stages");
   static_assert(kTokenBytes % 1024 == 0, "tiles start 1024-byte aligned for the 128-byte swizzle");
-  static_assert(CLUSTER == 1 || CLUSTER == 2, "pairs of column blocks at most");
-  static_assert(CLUSTER == 1 || (kColBlocks % 2 == 0 && kOwnTokens % 16 == 0),
-                "a pair takes two column blocks and half of the token rows each (16-row steps of "
-                "the gathering threads, 1024-byte aligned halves)");
 
-  struct Tile {
-    int m_block, n_block, expert;
-  };
-  // In bands of token blocks (tile_order.h); CTA pairs walk units of two column blocks, rank r
-  // taking column block 2 u + r of unit u.
-  static __device__ __forceinline__ Tile tile_of(const GemmParams& g, int tile, int num_blocks,
-                                                 int band, int rank) {
-    const BandTile b =
-        band_tile(tile, kColUnits, band, num_blocks, g.block_expert, g.padded_offsets, BLOCK_M);
-    return {b.m_block, b.n_block * CLUSTER + rank, b.expert};
+  static __device__ __forceinline__ BandTile tile_of(const GemmParams& g, int tile, int num_blocks,
+                                                     int band) {
+    return band_tile(tile, kColBlocks, band, num_blocks, g.block_expert, g.padded_offsets, BLOCK_M);
   }
 
-  // CTA pairs share the token tile: each CTA loads its half into both. kDown: a TMA multicast of
-  // its h rows. kGateUp: its gathered x rows by cp.async into its own ring, then, once they
-  // landed, one bulk copy into the other CTA's (one stage late, so that the gather of the next
-  // stage is in flight meanwhile). A stage's `empty` barrier counts the consumers of both CTAs, so
-  // a producer writes the other CTA's stage only once that CTA's consumers released it too; the
-  // bulk copy's source is rewritten only after the other CTA's consumers released the stage, that
-  // is after the copy completed there.
   static __device__ void produce(const GemmTmaParams& p, unsigned smem_base, unsigned full,
-                                 unsigned empty, unsigned tile_ready, int* tile_slots,
-                                 int* broadcast, int tiles, int num_blocks, int rank) {
+                                 unsigned empty, int* tile_slots, int* broadcast, int tiles,
+                                 int num_blocks) {
     const GemmParams& g = p.gemm;
     const int tid = threadIdx.x - 128 * CONSUMERS;
     const int chunk = tid % 8;
     const unsigned short* a = reinterpret_cast<const unsigned short*>(g.a);
-    const unsigned own_offset = unsigned(rank) * kOwnTokenBytes;  // this CTA's token rows
-    // Bytes a stage's full barrier waits for as transactions: the weights, and the token rows
-    // that come by TMA or from the other CTA.
-    const unsigned tx_bytes = kWeightBytes + (kTmaTokens     ? kTokenBytes
-                                              : CLUSTER == 2 ? kOwnTokenBytes
-                                                             : 0);
     int stage = 0;
     unsigned phase = 0;
-    int pending = -1;  // kGateUp pairs: the stage whose gathered rows are still to be sent
-    // Sends this CTA's gathered rows of stage `s` to the other CTA, once every producer thread's
-    // copies of it landed (cp.async groups: all but the newest, or all when `last`).
-    auto send = [&](int s, bool last) {
-      if (last) {
-        cp_async_wait<0>();
-      } else {
-        cp_async_wait<1>();
-      }
-      // cp.async wrote the rows (generic proxy); the bulk copy reads them (async proxy): each
-      // writing thread fences, then the barrier orders the fences before the copy.
-      fence_proxy_async();
-      named_barrier_sync<1, 128>();
-      if (tid == 0) {
-        const unsigned rows = smem_base + s * kStageBytes + own_offset;
-        bulk_copy_to_cta(rows, rows, kOwnTokenBytes, full + 8 * s, rank ^ 1);
-      }
-    };
     for (int iteration = 0;; ++iteration) {
-      const int tile =
-          next_tile_in_order<CLUSTER>(p.tile_counter, broadcast, tile_ready, iteration, tid, rank);
+      // The next tile in order from the counter: thread 0 fetches, the others read it from
+      // shared memory (two slots, as a slow thread may still read one while thread 0 fills the
+      // other).
+      if (tid == 0) broadcast[iteration & 1] = atomicAdd(p.tile_counter, 1);
+      named_barrier_sync<1, 128>();
+      const int tile = broadcast[iteration & 1];
       if (tile >= tiles) {
-        if (CLUSTER == 2 && !kTmaTokens && pending >= 0) send(pending, true);
         // No more work: a stage that carries -1 instead of data tells the consumers, with the
         // same arrivals as a stage of data (every gathering thread, and thread 0 for the TMA).
         mbarrier_wait(empty + 8 * stage, phase ^ 1);
         if (tid == 0) tile_slots[stage] = -1;
-        if (!kTmaTokens) mbarrier_arrive(full + 8 * stage);
+        mbarrier_arrive(full + 8 * stage);
         if (tid == 0) mbarrier_arrive(full + 8 * stage);
         break;
       }
-      const Tile t = tile_of(g, tile, num_blocks, p.band, rank);
+      const BandTile t = tile_of(g, tile, num_blocks, p.band);
       const int m0 = t.m_block * BLOCK_M;
-      const int own0 = rank * kOwnTokens;  // this CTA's first token row of the block
       const unsigned short* rows[kRowsPerProducer];
-      if (!kTmaTokens) {
 #pragma unroll
-        for (int j = 0; j < kRowsPerProducer; ++j) {
-          const int r = own0 + tid / 8 + 16 * j;
-          const int pair = g.sorted_rows[m0 + r];
-          const long long row =
-              MODE == kGateUp ? (long long)(pair / kSlots) * H : (long long)(m0 + r) * I;
-          rows[j] = pair >= 0 ? a + row + chunk * 8 : nullptr;
-        }
+      for (int j = 0; j < kRowsPerProducer; ++j) {
+        const int r = tid / 8 + 16 * j;
+        const int pair = g.sorted_rows[m0 + r];
+        const long long row =
+            MODE == kGateUp ? (long long)(pair / kSlots) * H : (long long)(m0 + r) * I;
+        rows[j] = pair >= 0 ? a + row + chunk * 8 : nullptr;
       }
       for (int kt = 0; kt < kTiles; ++kt) {
         mbarrier_wait(empty + 8 * stage, phase ^ 1);
@@ -253,40 +193,29 @@ struct GroupedGemmSm90Swap {
         const unsigned bar = full + 8 * stage;
         if (tid == 0) {
           if (kt == 0) tile_slots[stage] = tile;  // published by the arrival below
-          mbarrier_arrive_expect_tx(bar, tx_bytes);
+          mbarrier_arrive_expect_tx(bar, kWeightBytes);
           WeightLoader::load_b_half(p, t.expert, t.n_block, kt, 0, weight_smem, bar, false);
           WeightLoader::load_b_half(p, t.expert, t.n_block, kt, 1, weight_smem, bar, false);
-          if (kTmaTokens) {
-            tma_load_2d_multicast(token_smem + own_offset, &p.a, kt * BLOCK_K, m0 + own0, bar,
-                                  (unsigned short)0x3);
-          }
         }
-        if (!kTmaTokens) {
 #pragma unroll
-          for (int j = 0; j < kRowsPerProducer; ++j) {
-            const int r = own0 + tid / 8 + 16 * j;
-            const bool ok = rows[j] != nullptr;
-            cp_async_16(token_smem + swizzle_128b(r, chunk), ok ? rows[j] + kt * BLOCK_K : a, ok);
-          }
-          mbarrier_arrive_on_cp_async(bar);
-          if (CLUSTER == 2) {
-            cp_async_commit();
-            if (pending >= 0) send(pending, false);
-            pending = stage;
-          }
+        for (int j = 0; j < kRowsPerProducer; ++j) {
+          const int r = tid / 8 + 16 * j;
+          const bool ok = rows[j] != nullptr;
+          cp_async_16(token_smem + swizzle_128b(r, chunk), ok ? rows[j] + kt * BLOCK_K : a, ok);
         }
+        mbarrier_arrive_on_cp_async(bar);
         if (++stage == STAGES) {
           stage = 0;
           phase ^= 1;
         }
       }
     }
-    if (!kTmaTokens) cp_async_wait<0>();
+    cp_async_wait<0>();
   }
 
   static __device__ void consume(const GemmTmaParams& p, unsigned smem_base, unsigned full,
                                  unsigned empty, const int* tile_slots, int* tile_pairs,
-                                 int num_blocks, int rank) {
+                                 int num_blocks) {
     const GemmParams& g = p.gemm;
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
     const int group = warp / 4, warp_in_group = warp % 4;
@@ -298,13 +227,9 @@ struct GroupedGemmSm90Swap {
     int stage = 0;
     unsigned phase = 0;
     float acc0[kAcc], acc1[kAcc];
-    // A stage is free again once every consumer warp of the cluster has released it (lane 0 for
-    // its warp, after the warp barrier: the stage's data is read by wgmma only).
     auto release_stage = [&](int s) {
       __syncwarp();
-      if (lane != 0) return;
-      mbarrier_arrive(empty + 8 * s);
-      if (CLUSTER == 2) mbarrier_arrive_remote_cta(empty + 8 * s, rank ^ 1);
+      if (lane == 0) mbarrier_arrive(empty + 8 * s);
     };
     for (;;) {
       // The tile comes with its first stage (lane 0 reads the slot; see grouped_gemm_sm90_ws).
@@ -313,7 +238,7 @@ struct GroupedGemmSm90Swap {
       if (lane == 0) tile = tile_slots[stage];
       tile = __shfl_sync(0xffffffffu, tile, 0);
       if (tile < 0) break;
-      const Tile t = tile_of(g, tile, num_blocks, p.band, rank);
+      const BandTile t = tile_of(g, tile, num_blocks, p.band);
       const int m0 = t.m_block * BLOCK_M;
       // The block's token rows, rounded up to 16: the N of its MMAs (the rows past the expert's
       // last are zero in the ring; those past n are neither multiplied nor stored).
@@ -442,39 +367,26 @@ struct GroupedGemmSm90Swap {
     const unsigned smem_base = (smem_address(smem) + 1023u) & ~1023u;
     const unsigned full = smem_base + STAGES * kStageBytes;
     const unsigned empty = full + 8 * STAGES;
-    const unsigned tile_ready = empty + 8 * STAGES;  // then tile_free, 2 x 8 bytes each
-    int* tile_slots = reinterpret_cast<int*>(smem + (tile_ready + 4 * 8 - smem_address(smem)));
-    int* broadcast = tile_slots + STAGES;  // then the mailbox, 2 ints each
-    int* tile_pairs = broadcast + 4;
+    int* tile_slots = reinterpret_cast<int*>(smem + (empty + 8 * STAGES - smem_address(smem)));
+    int* broadcast = tile_slots + STAGES;
+    int* tile_pairs = broadcast + 2;
     if (threadIdx.x == 0) {
       for (int s = 0; s < STAGES; ++s) {
-        // Arrivals: thread 0's (with the transaction bytes), and every gathering thread's.
-        mbarrier_init(full + 8 * s, kTmaTokens ? 1 : 128 + 1);
-        mbarrier_init(empty + 8 * s, CLUSTER * CONSUMERS * 4);
+        mbarrier_init(full + 8 * s, 128 + 1);
+        mbarrier_init(empty + 8 * s, CONSUMERS * 4);
       }
-      for (int b = 0; b < 4; ++b) mbarrier_init(tile_ready + 8 * b, 1);  // tile-ready, tile-free
       mbarrier_init_fence();
     }
-    // The barriers are initialized before any thread of the cluster uses them.
-    if (CLUSTER == 2) {
-      cluster_sync();
-    } else {
-      __syncthreads();
-    }
-    const int rank = CLUSTER == 2 ? int(cluster_rank()) : 0;
+    __syncthreads();
     const int num_blocks = *p.gemm.num_blocks;
-    const int tiles = num_blocks * kColUnits;
+    const int tiles = num_blocks * kColBlocks;
     if (threadIdx.x >= 128 * CONSUMERS) {
       warpgroup_registers_dec<56>();
-      produce(p, smem_base, full, empty, tile_ready, tile_slots, broadcast, tiles, num_blocks,
-              rank);
+      produce(p, smem_base, full, empty, tile_slots, broadcast, tiles, num_blocks);
     } else {
       warpgroup_registers_inc<224>();
-      consume(p, smem_base, full, empty, tile_slots, tile_pairs, num_blocks, rank);
+      consume(p, smem_base, full, empty, tile_slots, tile_pairs, num_blocks);
     }
-    // Neither CTA leaves while the other may still write its shared memory or arrive on its
-    // barriers.
-    if (CLUSTER == 2) cluster_sync();
   }
 };
 

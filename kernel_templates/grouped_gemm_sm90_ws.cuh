@@ -193,21 +193,6 @@ __device__ __forceinline__ int next_tile_in_order(int* counter, int* slots, unsi
   return slots[slot];
 }
 
-// Copies `bytes` (a multiple of 16) of this CTA's shared memory at `src` to the same offset `dst`
-// (a shared::cta address of this CTA's layout) in CTA `rank` of the cluster, completing there on
-// the barrier at offset `bar` with a transaction count of `bytes` (the async proxy reads `src`:
-// what the generic proxy wrote there needs fence.proxy.async first).
-__device__ __forceinline__ void bulk_copy_to_cta(unsigned dst, unsigned src, unsigned bytes,
-                                                 unsigned bar, unsigned rank) {
-  asm volatile(
-      "{\n.reg .b32 d, b;\nmapa.shared::cluster.u32 d, %0, %3;\n"
-      "mapa.shared::cluster.u32 b, %2, %3;\n"
-      "cp.async.bulk.shared::cluster.shared::cta.mbarrier::complete_tx::bytes [d], [%1], %4, [b];"
-      "\n}" ::"r"(dst),
-      "r"(src), "r"(bar), "r"(rank), "r"(bytes)
-      : "memory");
-}
-
 template <int REGS>
 __device__ __forceinline__ void warpgroup_registers_dec() {
   asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(REGS));

@@ -308,8 +308,7 @@ void MoeRuntime::Impl::enqueue_stages(const LaunchPlan& plan, const void* x, voi
   const unsigned down_cols = ceil_div(c.d_hidden, plan.tile.block_n);
   if (plan.tile.ws) {
     // Persistent: at most one block per tile, at most as many as fit on the GPU at once; a
-    // cluster of `cluster` blocks takes that many row blocks of one column block (swapped tiles:
-    // that many column blocks of one row block, the grid even either way).
+    // cluster of `cluster` blocks takes that many row blocks of one column block.
     const unsigned cluster = unsigned(plan.tile.cluster);
     const unsigned row_groups = ceil_div(blocks, cluster) * cluster;
     GemmTmaParams tma_gate_up{};
@@ -321,13 +320,9 @@ void MoeRuntime::Impl::enqueue_stages(const LaunchPlan& plan, const void* x, voi
            stream, order, cluster);
     GemmTmaParams tma_down{};
     weight_tensor_maps(c, weights, plan.tile.block_n, true, tma_down);
-    // A block's h rows (the TMA tile), or a swapped pair's half of them (each CTA loads its half
-    // into both).
-    const int h_box_rows =
-        plan.tile.swap ? plan.tile.block_m / plan.tile.cluster : plan.tile.block_m;
     tma_down.a =
         tensor_map_2d(c.dtype, ptr(l.h), std::uint64_t(l.max_rows), std::uint64_t(c.d_expert),
-                      std::uint64_t(c.d_expert), std::uint32_t(h_box_rows), "h (workspace)");
+                      std::uint64_t(c.d_expert), std::uint32_t(plan.tile.block_m), "h (workspace)");
     tma_down.gemm = down;
     tma_down.tile_counter = counter(n.tile_counters) + 1;
     tma_down.band = plan.tile_band;

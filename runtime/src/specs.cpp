@@ -17,10 +17,7 @@ std::string GemmTile::describe() const {
     return fmt::format("fused {}x{}x{} w1x{} s{}{}{}", block_m, block_n, block_k, warps_n, stages,
                        shared_down_last ? " sdl" : "", split > 1 ? fmt::format(" k{}", split) : "");
   }
-  if (swap) {
-    return fmt::format("sm90swap {}x{}x{} s{}{}", block_m, block_n, block_k, stages,
-                       cluster == 2 ? " c2" : "");
-  }
+  if (swap) return fmt::format("sm90swap {}x{}x{} s{}", block_m, block_n, block_k, stages);
   if (sm == 90 && ws) {
     return fmt::format("sm90ws {}x{}x{} wg{} s{}{}", block_m, block_n, block_k, warps_m, stages,
                        cluster == 2 ? " c2" : "");
@@ -75,9 +72,9 @@ GemmTile fused_tile(int block_n, int warps, int stages, bool shared_down_last = 
 }
 
 // A swapped-operand tile (grouped_gemm_sm90_swap.cuh): `tokens` token rows a block, 256 weight
-// rows, `stages` stages; `cluster` 2: CTA pairs sharing the token tile of two column blocks.
-GemmTile swap_tile(int tokens, int stages, int cluster = 1) {
-  GemmTile t{tokens, 256, 64, 2, 1, stages, 90, true, cluster};
+// rows, `stages` stages.
+GemmTile swap_tile(int tokens, int stages) {
+  GemmTile t{tokens, 256, 64, 2, 1, stages, 90, true};
   t.swap = true;
   return t;
 }
@@ -88,7 +85,7 @@ int tile_smem_bytes(const GemmTile& t) {
   if (t.gemv) return t.warps_m * (t.block_m / 8) * 4 * 32 * 4;  // the warps' partial sums
   const int ring = t.stages * (t.block_m + t.block_n) * t.block_k * 2;
   // + barriers and tile slots, each token row's pair and weight, alignment slack
-  if (t.swap) return ring + t.stages * 20 + 4 * 8 + 16 + t.block_m * 8 + 1024;
+  if (t.swap) return ring + t.stages * 20 + 8 + t.block_m * 8 + 1024;
   // + full/empty barriers, the pairs' tile-ready/free barriers, tile and broadcast slots, slack
   if (t.ws) return ring + 2 * t.stages * 8 + 4 * 8 + t.stages * 16 + 16 + 1024;
   return t.sm == 90 ? ring + 1024 : ring;  // sm90: slack to align tiles to 1024 bytes
@@ -127,10 +124,6 @@ std::vector<GemmTile> candidate_tiles(const MoeConfig& c, long long max_tokens,
                                swap_tile(128, 4),
                                swap_tile(144, 4),
                                swap_tile(160, 4),
-                               // CTA pairs sharing the token rows of two column blocks: half the
-                               // token bytes pulled from L2, where those middle tiles are bound.
-                               swap_tile(128, 4, 2),
-                               swap_tile(160, 4, 2),
                                // Few rows an expert (DeepSeek-V3 at T = 512: ~18): narrow token
                                // tiles leave room for 5-6 stages of weights in flight.
                                swap_tile(32, 6),
@@ -154,11 +147,7 @@ std::vector<GemmTile> candidate_tiles(const MoeConfig& c, long long max_tokens,
   for (const GemmTile& t : space) {
     // A swapped tile multiplies only the rows a block has (rounded up to 16), not block_m.
     const bool fits_rows = t.swap ? rows_per_expert(c, max_tokens) > 16 : t.block_m <= 2 * tall;
-    // Swapped pairs take two column blocks: an even count of them in both GEMMs.
-    const bool fits_pairs =
-        !t.swap || t.cluster == 1 ||
-        ((c.d_expert + 127) / 128 % 2 == 0 && (c.d_hidden + 255) / 256 % 2 == 0);
-    if (t == heuristic || (tile_smem_bytes(t) <= max_smem && fits_rows && fits_pairs)) {
+    if (t == heuristic || (tile_smem_bytes(t) <= max_smem && fits_rows)) {
       candidates.push_back(t);
     }
   }
@@ -309,14 +298,13 @@ KernelSpec gemm_spec(const MoeConfig& c, GemmStage stage, const GemmTile& t) {
     return spec;
   }
   if (t.swap) {
-    KernelSpec spec{
-        "grouped_gemm_sm90_swap", "grouped_gemm_sm90_swap.cuh",
-        fmt::format("rt_moe::GroupedGemmSm90Swap<{}, {}, {}, {}, {}, {}, {}, {}, {}, {}>",
-                    dtype_tag(c.dtype), c.d_hidden, c.d_expert, c.n_routed_experts,
-                    c.n_shared_experts, c.top_k,
-                    stage == GemmStage::kGateUp ? "rt_moe::kGateUp" : "rt_moe::kDown", t.block_m,
-                    t.stages, t.cluster),
-        "rt_moe::GemmTmaParams"};
+    KernelSpec spec{"grouped_gemm_sm90_swap", "grouped_gemm_sm90_swap.cuh",
+                    fmt::format("rt_moe::GroupedGemmSm90Swap<{}, {}, {}, {}, {}, {}, {}, {}, {}>",
+                                dtype_tag(c.dtype), c.d_hidden, c.d_expert, c.n_routed_experts,
+                                c.n_shared_experts, c.top_k,
+                                stage == GemmStage::kGateUp ? "rt_moe::kGateUp" : "rt_moe::kDown",
+                                t.block_m, t.stages),
+                    "rt_moe::GemmTmaParams"};
     spec.min_blocks = 1;
     return spec;
   }
