@@ -34,7 +34,7 @@ def main():
                  f"{len(STAGES)} per forward x {len(tokens)} token counts")
     print(f"{'T':>7} {'stage':>8} {'us':>10} {'DRAM rd GB':>11} {'DRAM wr GB':>11} "
           f"{'TB/s':>6} {'L2 hit':>7} {'L2 %':>6} {'tensor %':>9} {'L2 rd GB':>10} {'CTAs':>7} "
-          f"{'SM act':>7} {'SM GHz':>7} {'fabric %':>9}")
+          f"{'SM act':>7} {'SM GHz':>7} {'fabric %':>9} {'fabric GB':>10}")
     for t_index, t in enumerate(tokens):
         total = 0.0
         for s_index, stage in enumerate(STAGES):
@@ -59,7 +59,10 @@ def main():
                   # limit the H200 runs the prefill GEMMs well below its 1.98 GHz boost.
                   f"{m.get('sm__cycles_elapsed.avg', float('nan')) / ns:>7.2f} "
                   # The fabric between the two L2 partitions (lines homed in the far one).
-                  f"{m.get('lts__ltcfabric2ltc_cycles_active.avg.pct_of_peak_sustained_elapsed', float('nan')):>8.1f}%")
+                  f"{m.get('lts__ltcfabric2ltc_cycles_active.avg.pct_of_peak_sustained_elapsed', float('nan')):>8.1f}% "
+                  # The sectors that crossed it. A stream of reads crosses half its bytes, each
+                  # line homed in the partition far from its reader (docs/PERF.md 14b).
+                  f"{m.get('lts__t_sectors_srcunit_ltcfabric.sum', float('nan')) * 32 / 1e9:>10.2f}")
         print(f"{t:>7} {'sum':>8} {total / 1e3:>10.1f}")
 
 
