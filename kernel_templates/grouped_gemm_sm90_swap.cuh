@@ -331,7 +331,7 @@ struct GroupedGemmSm90Swap {
         const float other = __shfl_xor_sync(0xffffffffu, odd ? h0 : h1, 4);
         if (col < I) {
           unsigned* out = reinterpret_cast<unsigned*>(g.out);
-          out[((long long)(m0 + token) * I + col) / 2] =
+          out[(long long)(m0 + token) * (I / 2) + (unsigned(col) >> 1)] =
               odd ? DTypeOps<D>::pack2(other, h1) : DTypeOps<D>::pack2(h0, other);
         }
       } else {
@@ -355,7 +355,9 @@ struct GroupedGemmSm90Swap {
     if (pair >= 0 && col < H) {
       const float2 value =
           odd ? make_float2(other * weight, b * weight) : make_float2(a * weight, other * weight);
-      __stcs(&reinterpret_cast<float2*>(g.out)[((long long)pair * H + col) / 2], value);
+      // (col is even and H a multiple of 64: no 64-bit signed halving)
+      __stcs(&reinterpret_cast<float2*>(g.out)[(long long)pair * (H / 2) + (unsigned(col) >> 1)],
+             value);
     }
   }
 

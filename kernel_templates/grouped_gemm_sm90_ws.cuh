@@ -568,36 +568,43 @@ struct GroupedGemmSm90Ws {
   static __device__ __forceinline__ void store(const GemmParams& g, const float* acc, int row,
                                                const int (&pairs)[2], const float (&weights)[2],
                                                int n_block, int lane) {
-    unsigned* out = reinterpret_cast<unsigned*>(g.out);
-    float2* y = reinterpret_cast<float2*>(g.out);
+    // One pointer a row, then constant offsets (j * 8 columns), so that a store is its two FMULs
+    // or its SiLU and the store itself: computing each store's address from (row, col), with a
+    // 64-bit signed halving and a bounds branch a store, took ~12 instructions each (SASS).
+    // Every column is inside the output when its width is a multiple of the tile's (DeepSeek-V3,
+    // gpumode: no check at all), else when this is not the last column block.
+    constexpr int kWidth = MODE == kGateUp ? I : H;
+    const int col0 = n_block * kOutCols + (lane % 4) * 2;  // even; I and H are multiples of 64
+    const bool whole = kWidth % kOutCols == 0 || (n_block + 1) * kOutCols <= kWidth;
 #pragma unroll
     for (int half = 0; half < 2; ++half, row += 8) {
       if (MODE == kGateUp) {
+        unsigned* out =
+            reinterpret_cast<unsigned*>(g.out) + (long long)row * (I / 2) + (unsigned(col0) >> 1);
 #pragma unroll
         for (int j = 0; j < BLOCK_N / 16; ++j) {
-          const int col = n_block * kOutCols + j * 8 + (lane % 4) * 2;
-          if (col < I) {
+          if (whole || col0 + j * 8 < I) {
             const int gi = 4 * j + half * 2, ui = 4 * (j + BLOCK_N / 16) + half * 2;
             const float h0 = silu_mul(acc[gi], acc[ui]);
             const float h1 = silu_mul(acc[gi + 1], acc[ui + 1]);
-            out[((long long)row * I + col) / 2] = DTypeOps<D>::pack2(h0, h1);
+            out[j * 4] = DTypeOps<D>::pack2(h0, h1);
           }
         }
       } else {
         const int pair = pairs[half];
         if (pair >= 0) {
           const float weight = weights[half];
+          float2* y =
+              reinterpret_cast<float2*>(g.out) + (long long)pair * (H / 2) + (unsigned(col0) >> 1);
 #pragma unroll
           for (int j = 0; j < BLOCK_N / 8; ++j) {
-            const int col = n_block * kOutCols + j * 8 + (lane % 4) * 2;
-            if (col < H) {
+            if (whole || col0 + j * 8 < H) {
               // Streaming (evict-first): y is read once, by the combine, and should not push
               // the weight and h tiles that other blocks still read out of L2. (16-byte stores
               // after an exchange between lane pairs measured 2% slower end to end at T = 16384
               // on the H200, the down GEMM 4% slower by ncu: docs/PERF.md.)
-              __stcs(
-                  &y[((long long)pair * H + col) / 2],
-                  make_float2(acc[4 * j + half * 2] * weight, acc[4 * j + half * 2 + 1] * weight));
+              __stcs(&y[j * 4], make_float2(acc[4 * j + half * 2] * weight,
+                                            acc[4 * j + half * 2 + 1] * weight));
             }
           }
         }
