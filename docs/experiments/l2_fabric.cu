@@ -6,21 +6,24 @@
 // If an L2 partition keeps copies of lines homed in the other one, the shared pattern stops
 // crossing the fabric once warm; if not, about half its reads cross it.
 // Build: nvcc -O3 -gencode=arch=compute_90a,code=sm_90a -o l2_fabric l2_fabric.cu
+#include <cuda_runtime.h>
 #include <cstdio>
 #include <cstdlib>
-#include <cuda_runtime.h>
 
-#define CHECK(x)                                                                       \
-  do {                                                                                 \
-    cudaError_t e = (x);                                                               \
-    if (e != cudaSuccess) {                                                            \
+#define CHECK(x)                                                                             \
+  do {                                                                                       \
+    cudaError_t e = (x);                                                                     \
+    if (e != cudaSuccess) {                                                                  \
       std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e)); \
-      std::exit(1);                                                                    \
-    }                                                                                  \
+      std::exit(1);                                                                          \
+    }                                                                                        \
   } while (0)
 
 __device__ __forceinline__ void fold(int4& acc, int4 v) {
-  acc.x ^= v.x; acc.y ^= v.y; acc.z ^= v.z; acc.w ^= v.w;
+  acc.x ^= v.x;
+  acc.y ^= v.y;
+  acc.z ^= v.z;
+  acc.w ^= v.w;
 }
 __device__ __forceinline__ void sink(int4 acc, int4* out) {
   if ((acc.x ^ acc.y ^ acc.z ^ acc.w) == 0x7fffffff) out[threadIdx.x] = acc;  // never, in practice
@@ -38,7 +41,8 @@ __global__ void shared_read(const int4* p, size_t n, int reps, int4* out) {
   int4 acc{0, 0, 0, 0};
   const size_t start = (size_t)blockIdx.x * (n / gridDim.x);
   for (int r = 0; r < reps; ++r)
-    for (size_t i = threadIdx.x; i < n; i += blockDim.x) fold(acc, __ldcg(p + ((start + i) & (n - 1))));  // n: a power of two
+    for (size_t i = threadIdx.x; i < n; i += blockDim.x)
+      fold(acc, __ldcg(p + ((start + i) & (n - 1))));  // n: a power of two
   sink(acc, out);
 }
 
