@@ -34,7 +34,7 @@ def main():
                  f"{len(STAGES)} per forward x {len(tokens)} token counts")
     print(f"{'T':>7} {'stage':>8} {'us':>10} {'DRAM rd GB':>11} {'DRAM wr GB':>11} "
           f"{'TB/s':>6} {'L2 hit':>7} {'L2 %':>6} {'tensor %':>9} {'L2 rd GB':>10} {'CTAs':>7} "
-          f"{'SM act':>7} {'SM GHz':>7} {'fabric %':>9} {'fabric GB':>10}")
+          f"{'SM act':>7} {'min':>6} {'SM GHz':>7} {'fabric %':>9} {'fabric GB':>10}")
     for t_index, t in enumerate(tokens):
         total = 0.0
         for s_index, stage in enumerate(STAGES):
@@ -55,6 +55,8 @@ def main():
                   f"{m.get('launch__grid_size', float('nan')):>7.0f} "
                   # sm__cycles_active / sm__cycles_elapsed: how much of the kernel its SMs had work.
                   f"{100 * m.get('sm__cycles_active.avg', float('nan')) / m.get('sm__cycles_elapsed.avg', float('nan')):>6.1f}% "
+                  # The least busy SM: a ragged last wave (or a short grid) shows here first.
+                  f"{100 * m.get('sm__cycles_active.min', float('nan')) / m.get('sm__cycles_elapsed.avg', float('nan')):>5.1f}% "
                   # The SM clock the kernel ran at: elapsed cycles per nanosecond. At the 700 W
                   # limit the H200 runs the prefill GEMMs well below its 1.98 GHz boost.
                   f"{m.get('sm__cycles_elapsed.avg', float('nan')) / ns:>7.2f} "
