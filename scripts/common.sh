@@ -12,6 +12,13 @@ RT_MOE_PACKAGES=(cmake ninja-build g++ libspdlog-dev libfmt-dev catch2 libxxhash
 
 rt_moe_log() { printf 'scripts/%s: %s\n' "$(basename "$0")" "$*" >&2; }
 
+# Prints the running script's header comment (from its second line to its first line that is not
+# a comment) as its usage, and exits 2.
+rt_moe_usage() {
+  sed -n '2,/^[^#]/{/^#/p}' "$0" | sed 's/^# \{0,1\}//' >&2
+  exit 2
+}
+
 # Installs the missing packages when root (one apt-get update, one install); otherwise names them
 # and fails.
 rt_moe_install_packages() {
