@@ -26,7 +26,7 @@ TensorMap tensor_map_2d(DType dtype, const void* base, std::uint64_t rows, std::
       // L2 promotion of one 128-byte line, the box's row: a 256-byte promotion fetched each row's
       // next K tile with it, and its lines crossed the fabric between the two L2 partitions as
       // well (ncu at DeepSeek-V3 T = 4096: gate/up 13.0 against 9.0 GB crossing for 16.2 GB read
-      // from DRAM; docs/PERF.md 14c).
+      // from DRAM; docs/PERF.md 14d).
       CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
       CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (result != CUDA_SUCCESS) {
