@@ -160,12 +160,7 @@ struct GroupedGemmSm90Swap {
     int stage = 0;
     unsigned phase = 0;
     for (int iteration = 0;; ++iteration) {
-      // The next tile in order from the counter: thread 0 fetches, the others read it from
-      // shared memory (two slots, as a slow thread may still read one while thread 0 fills the
-      // other).
-      if (tid == 0) broadcast[iteration & 1] = atomicAdd(p.tile_counter, 1);
-      named_barrier_sync<1, 128>();
-      const int tile = broadcast[iteration & 1];
+      const int tile = next_tile_in_order<1>(p.tile_counter, broadcast, 0, iteration, tid, 0);
       if (tile >= tiles) {
         // No more work: a stage that carries -1 instead of data tells the consumers, with the
         // same arrivals as a stage of data (every gathering thread, and thread 0 for the TMA).
