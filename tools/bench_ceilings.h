@@ -20,11 +20,18 @@ struct Ceiling {
   double value = 0;       // bytes/s or FLOP/s
   bool measured = false;  // false: REFERENCE.md's value, with `note` saying why
   std::string note;       // how it was measured, or why it was not
-  // GEMM only, a diagnostic: the rate over back-to-back products as long as a prefill forward
-  // (~25 ms), where sustained power may lower the clock; 0 when not measured.
-  double sustained = 0;
-  int sustained_count = 0;
-  double sustained_ms = 0;
+  // GEMM only: `value` is the steady rate, that of products run back to back for seconds, as an
+  // engine's prefill runs them, by when the H200 is at its power limit (700 W) and its clock is
+  // down from the 1.98 GHz boost; `burst` is the median of single products (after a warm-up of a
+  // few), which a GPU that was idle runs at the boost clock. The steady rate is the median of
+  // the windows of `window_count` products (~25 ms, one prefill forward) in the second half of
+  // `steady_s` seconds of them; `steady_first` and `steady_last` are the first window's and the
+  // median of the last five, to show the decline. 0 when not measured.
+  double burst = 0;
+  double steady_s = 0;
+  int window_count = 0;
+  double steady_first = 0;
+  double steady_last = 0;
   // HBM read only: each kernel variant measured (the value is the fastest).
   struct Variant {
     std::string name;
@@ -39,9 +46,11 @@ struct Ceiling {
 Ceiling measure_hbm_read(KernelCache& kernels, const driver::DeviceInfo& device, CUstream stream,
                          int iters = 20, std::size_t bytes = 0);
 
-// Dense 8192^3 GEMM of `dtype` with fp32 accumulation through cublasGemmEx: median of `iters`
-// after warm-up. Without a loadable cuBLAS: REFERENCE.md's H200 value, measured = false.
-Ceiling measure_gemm_rate(DType dtype, CUstream stream, int iters = 10);
+// Dense 8192^3 GEMM of `dtype` with fp32 accumulation through cublasGemmEx: the burst rate
+// (median of `iters` single products after warm-up) and the steady rate (`steady_s` seconds of
+// products back to back, see Ceiling), which is the value. Without a loadable cuBLAS:
+// REFERENCE.md's H200 value (a median of many PyTorch runs), measured = false.
+Ceiling measure_gemm_rate(DType dtype, CUstream stream, int iters = 10, double steady_s = 2.0);
 
 // Evicts what the last run left in L2 by reading a scratch buffer 5x its size (256 MiB) on
 // `stream`, with the read kernel of the HBM ceiling. A read, not a write: a write leaves L2 full
