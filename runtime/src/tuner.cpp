@@ -8,8 +8,8 @@
 // back to back (an H200 running prefill GEMMs meets its 700 W limit within ~0.1 s, and its clock
 // keeps falling for a second as it warms), in kRounds rounds over the candidates, each round in
 // another order, so that no candidate is timed only while the GPU was cooler. Timed one after the
-// other from an idle GPU, DeepSeek-V3's T = 16384 bucket picked a tile that then ran 2.8% slower
-// than the heuristic's in the benchmark's steady forwards (docs/PERF.md 16d).
+// other from an idle GPU, DeepSeek-V3's T = 16384 bucket picked sm90swap 144x256 s4, which the
+// steady rounds rank 1.5% behind the heuristic sm90ws 128x256 s4 (docs/PERF.md 16d).
 #include <fmt/format.h>
 
 #include <algorithm>
