@@ -1,8 +1,6 @@
 // The JIT core on a GPU: a template compiled through the cache, loaded and launched through the
 // driver, its result checked; then a second process loads the same kernel from disk without
 // compiling.
-#include <spawn.h>
-#include <sys/wait.h>
 #include <unistd.h>
 #include <catch2/catch.hpp>
 
@@ -11,14 +9,13 @@
 #include <filesystem>
 #include <random>
 
+#include "child_process.h"
 #include "disk_cache.h"
 #include "driver.h"
 #include "kernels.h"
 #include "params.h"
 #include "reference.h"
 #include "specs.h"
-
-extern char** environ;
 
 namespace rt_moe {
 namespace {
@@ -98,21 +95,7 @@ TEST_CASE(
     launch_and_check(kernel);
   }
   // The second process: this binary again, running the hidden child test below.
-  std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
-  std::string dir_variable = "RT_MOE_TEST_JIT_DIR=" + dir;
-  std::vector<std::string> env_strings = {dir_variable};
-  for (char** e = environ; *e != nullptr; ++e) env_strings.emplace_back(*e);
-  std::vector<char*> envp;
-  for (auto& s : env_strings) envp.push_back(s.data());
-  envp.push_back(nullptr);
-  std::string test_name = "second process loads from disk";
-  std::vector<char*> argv = {self.data(), test_name.data(), nullptr};
-  pid_t pid = 0;
-  REQUIRE(posix_spawn(&pid, self.c_str(), nullptr, nullptr, argv.data(), envp.data()) == 0);
-  int status = 0;
-  REQUIRE(waitpid(pid, &status, 0) == pid);
-  CHECK(WIFEXITED(status));
-  CHECK(WEXITSTATUS(status) == 0);
+  test::run_child_test("second process loads from disk", {"RT_MOE_TEST_JIT_DIR=" + dir});
   std::filesystem::remove_all(dir);
 }
 

@@ -7,8 +7,6 @@
 // RT_MOE_CACHE_DIR is a fresh directory, as the runtime reads the environment once: there the
 // store starts empty, so the bucket is tuned. The child's cubins come from this process's kernel
 // cache (its cubin directory linked in), so a prewarmed cache spares the child every compile.
-#include <spawn.h>
-#include <sys/wait.h>
 
 #include <fmt/format.h>
 #include <catch2/catch.hpp>
@@ -21,11 +19,10 @@
 #include <string>
 #include <vector>
 
+#include "child_process.h"
 #include "disk_cache.h"
 #include "forward_check.h"
 #include "key.h"
-
-extern char** environ;
 
 namespace rt_moe::test {
 namespace {
@@ -51,21 +48,8 @@ TEST_CASE(
   if (!parent.disabled && !parent.dir.empty() && fs::is_directory(fs::path(parent.dir) / cubins)) {
     fs::create_directory_symlink(fs::absolute(fs::path(parent.dir) / cubins), dir / cubins);
   }
-  // The child: this binary, the hidden test case, RT_MOE_CACHE_DIR first (getenv takes the first).
-  const std::string self = fs::read_symlink("/proc/self/exe").string();
-  std::vector<std::string> env_strings = {"RT_MOE_CACHE_DIR=" + dir.string()};
-  for (char** e = environ; *e != nullptr; ++e) env_strings.emplace_back(*e);
-  std::vector<char*> envp;
-  for (std::string& s : env_strings) envp.push_back(s.data());
-  envp.push_back(nullptr);
-  std::string test_name = "tuning child";
-  std::vector<char*> argv = {const_cast<char*>(self.c_str()), test_name.data(), nullptr};
-  pid_t pid = 0;
-  REQUIRE(posix_spawn(&pid, self.c_str(), nullptr, nullptr, argv.data(), envp.data()) == 0);
-  int status = 0;
-  REQUIRE(waitpid(pid, &status, 0) == pid);
-  REQUIRE(WIFEXITED(status));
-  REQUIRE(WEXITSTATUS(status) == 0);
+  // The child: this binary, the hidden test case below.
+  run_child_test("tuning child", {"RT_MOE_CACHE_DIR=" + dir.string()});
 
   // The store the child wrote: one record, a time for every candidate, the fastest as best.
   std::ifstream file(dir / "tuning.json");
