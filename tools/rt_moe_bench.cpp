@@ -4,7 +4,7 @@
 //                [--plot out.png]
 //
 // Per token count T, after warm-up forwards apart from timing and `steady_ms` of forwards back to
-// back (the clock sustained work gets: the H200 meets its 700 W limit within ~0.5 s of prefill
+// back (the clock sustained work gets: the H200 meets its 700 W limit within ~0.1 s of prefill
 // GEMMs), `iters` forwards are timed with device events right around forward(), each after an L2
 // flush; the median is reported.
 //   FLOPs = 6*T*k*H*I + 6*T*S*I*H
