@@ -15,8 +15,9 @@
 //
 // Modes as in grouped_gemm_sm80.cuh: kGateUp (each warpgroup's slice of B rows is half gate rows,
 // half the up rows of the same columns, so a thread holds g and u of each of its columns;
-// h = SiLU(g) * u, BLOCK_N / 2 columns per block) and kDown (fp32 y scaled by the routing weight,
-// written at the pair's row).
+// h = SiLU(g) * u, BLOCK_N / 2 columns per block), kDown (fp32 y scaled by the routing weight,
+// written at the pair's row) and kRouter (the gating GEMM of many tokens: A = x rows 0..T-1, B =
+// the router's E rows, fp32 logits, part blockIdx.z of gridDim.z of the K tiles).
 #pragma once
 
 #include "common.cuh"
@@ -112,25 +113,39 @@ struct GroupedGemmSm90 {
   static constexpr int kAcc = kSlice / 2;                         // fp32 accumulators per thread
   static constexpr int kTiles = Loader::kTiles;
 
-  static_assert(MODE == kGateUp || MODE == kDown, "the sm90 path serves the expert GEMMs");
+  static_assert(MODE == kGateUp || MODE == kDown || MODE == kRouter, "a mode of tile_loader.cuh");
   static_assert(kSlice % 128 == 0, "each warpgroup's columns are a multiple of the n128 wgmma");
   static_assert(STAGES >= 3, "prefetch distance STAGES - 2 needs at least three stages");
   static_assert(kTileABytes % 1024 == 0 && kTileBBytes % 1024 == 0,
                 "tiles start 1024-byte aligned for the 128-byte swizzle");
 
   static __device__ void run(const GemmParams& p) {
-    grid_dependency_trigger();  // the next kernel may launch now; it waits for this one
-    grid_dependency_wait();
+    if (MODE == kRouter) {
+      // The forward's first kernel: it waits before it triggers, as RouterLogits::run says.
+      grid_dependency_wait();
+      grid_dependency_trigger();
+    } else {
+      grid_dependency_trigger();  // the next kernel may launch now; it waits for this one
+      grid_dependency_wait();
+    }
     extern __shared__ __align__(1024) unsigned char smem[];
     const int block_m = blockIdx.x;
-    if (block_m >= *p.num_blocks) return;
-    const int expert = p.block_expert[block_m];
     const int m0 = block_m * BLOCK_M;
+    if (MODE == kRouter ? m0 >= p.tokens : block_m >= *p.num_blocks) return;
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
     const int warpgroup = warp / 4, warp_in_group = warp % 4;
     const int wg_m = warpgroup / WG_N, wg_n = warpgroup % WG_N;
-    const ExpertWeights w = p.experts[expert];
-    const Loader loader(p, w, m0, blockIdx.y, tid, expert_rows_fit_block<E>(p, expert, BLOCK_M));
+    ExpertWeights w = {p.b, p.b, p.b, H};
+    bool once = false;
+    if (MODE != kRouter) {
+      const int expert = p.block_expert[block_m];
+      w = p.experts[expert];
+      once = expert_rows_fit_block<E>(p, expert, BLOCK_M);
+    }
+    const Loader loader(p, w, m0, blockIdx.y, tid, once);
+    // K tiles [k0, k0 + tiles): all of them, or the router's part blockIdx.z of gridDim.z.
+    const int k0 = MODE == kRouter ? int(blockIdx.z * kTiles / gridDim.z) : 0;
+    const int tiles = MODE == kRouter ? int((blockIdx.z + 1) * kTiles / gridDim.z) - k0 : kTiles;
     const unsigned smem_base = (smem_address(smem) + 1023u) & ~1023u;
     auto load_stage = [&](int stage, int k_tile) {
       const unsigned a_smem = smem_base + stage * kStageBytes;
@@ -143,14 +158,14 @@ struct GroupedGemmSm90 {
 
 #pragma unroll
     for (int s = 0; s < STAGES - 2; ++s) {
-      if (s < kTiles) load_stage(s, s);
+      if (s < tiles) load_stage(s, k0 + s);
       cp_async_commit();
     }
-    for (int kt = 0; kt < kTiles; ++kt) {
+    for (int kt = 0; kt < tiles; ++kt) {
       cp_async_wait<STAGES - 3>();  // tile kt landed (this thread's copies)
       fence_proxy_async();
       __syncthreads();  // everyone's copies of tile kt, and batch kt - 2 retired everywhere
-      if (kt + STAGES - 2 < kTiles) load_stage((kt + STAGES - 2) % STAGES, kt + STAGES - 2);
+      if (kt + STAGES - 2 < tiles) load_stage((kt + STAGES - 2) % STAGES, k0 + kt + STAGES - 2);
       cp_async_commit();
 
       const unsigned a_smem = smem_base + (kt % STAGES) * kStageBytes + wg_m * 64 * 128;
@@ -189,6 +204,26 @@ struct GroupedGemmSm90 {
             float h0 = silu_mul(acc[g], acc[u]);
             float h1 = silu_mul(acc[g + 1], acc[u + 1]);
             out[((long long)row * I + col) / 2] = DTypeOps<D>::pack2(h0, h1);
+          }
+        }
+      } else if (MODE == kRouter) {
+        // Part blockIdx.z's logits: rounded to the dtype when p.round_logits (one part).
+        float* logits = reinterpret_cast<float*>(p.out) + (long long)blockIdx.z * p.tokens * E;
+        if (row < p.tokens) {
+#pragma unroll
+          for (int j = 0; j < kSlice / 8; ++j) {
+            const int col = blockIdx.y * BLOCK_N + wg_n * kSlice + j * 8 + (lane % 4) * 2;
+            float l0 = acc[4 * j + half * 2], l1 = acc[4 * j + half * 2 + 1];
+            if (p.round_logits) {
+              l0 = round_to<D>(l0);
+              l1 = round_to<D>(l1);
+            }
+            if (E % 2 == 0 && col < E) {  // col is even: an 8-byte aligned pair
+              *reinterpret_cast<float2*>(logits + (long long)row * E + col) = make_float2(l0, l1);
+            } else {
+              if (col < E) logits[(long long)row * E + col] = l0;
+              if (col + 1 < E) logits[(long long)row * E + col + 1] = l1;
+            }
           }
         }
       } else {

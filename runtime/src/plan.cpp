@@ -29,9 +29,13 @@ WorkspaceLayout workspace_layout(const MoeConfig& c, std::int64_t max_tokens, in
     at = align_up(at + bytes);
     return offset;
   };
-  // The gating GEMM's partial logits, one (T, E) array per part of its K split.
-  const GemmTile router = router_tile(c, T);
-  l.logits = take(sizeof(float) * T * E * (router.block_m == 0 ? 1 : router.split));
+  // The gating GEMM's partial logits, one (T, E) array per part of its K split: as many as
+  // either tensor-core router takes (the mma.sync one, or wgmma with an sm_90 GEMM tile).
+  auto parts = [&](bool wgmma) {
+    const GemmTile router = router_tile(c, T, wgmma);
+    return std::int64_t(router.block_m == 0 ? 1 : router.split);
+  };
+  l.logits = take(sizeof(float) * T * E * std::max(parts(false), parts(true)));
   l.topk_ids = take(sizeof(int) * T * k);
   l.topk_weights = take(sizeof(float) * T * k);
   l.shared_chunk_blocks = fused ? (T + kFusedBlockM - 1) / kFusedBlockM : 0;

@@ -76,7 +76,7 @@ LaunchPlan MoeRuntime::Impl::build_plan(const Bucket& bucket, const GemmTile& ti
   LaunchPlan plan;
   plan.bucket = bucket;
   plan.tile = tile;
-  plan.router_tile = router_tile(config, bucket.max_tokens);
+  plan.router_tile = router_tile(config, bucket.max_tokens, tile.sm == 90);
   plan.route_decode = uses_route_decode(plan.tile, bucket.max_tokens);
   std::vector<KernelSpec> specs = forward_specs(config, plan.tile, bucket.max_tokens);
   // Compile (or load from disk) all stages in parallel; module loads then happen here.
@@ -510,16 +510,16 @@ std::string MoeRuntime::describe(std::int64_t tokens) const {
   // The built plan's tile; before the bucket's first forward, the pinned tile (which the plan
   // will take, or the forward fails naming the candidates) or the heuristic one (the tuner may
   // still choose another).
-  std::string tile = impl_->pinned_tile.empty()
-                         ? default_tile(c, b.max_tokens, impl_->kernels->arch()).describe()
-                         : impl_->pinned_tile;
+  const GemmTile heuristic = default_tile(c, b.max_tokens, impl_->kernels->arch());
+  std::string tile = impl_->pinned_tile.empty() ? heuristic.describe() : impl_->pinned_tile;
+  GemmTile router = router_tile(c, b.max_tokens, heuristic.sm == 90);
   {
     std::lock_guard<std::mutex> lock(impl_->mutex);
     if (auto it = impl_->plans.find(b.group_sum_max); it != impl_->plans.end()) {
       tile = it->second.tile.describe();
+      router = it->second.router_tile;
     }
   }
-  GemmTile router = router_tile(c, b.max_tokens);
   return fmt::format(
       "bucket {} (<= {} tokens): grouped GEMM {}, router {}", b.group_sum_max, b.max_tokens, tile,
       router.block_m == 0 ? std::string("cuda-core gemv") : "mma " + router.describe());

@@ -187,8 +187,20 @@ GemmTile default_tile(const MoeConfig& c, long long max_tokens, const std::strin
   return {128, 128, 64, 2, 4, 3};
 }
 
-GemmTile router_tile(const MoeConfig& c, long long max_tokens) {
+GemmTile router_tile(const MoeConfig& c, long long max_tokens, bool wgmma) {
   if (max_tokens < kRouterMmaMinTokens) return {0, 0, 0, 0, 0, 0};
+  const long long k_tiles = (c.d_hidden + 63) / 64;
+  if (wgmma && max_tokens >= kRouterWgmmaMinTokens && c.n_routed_experts % 128 == 0) {
+    // Two warpgroups of 64 rows, each all BLOCK_N columns (all of DeepSeek-V3's 256 experts: x
+    // is read once, the router once a row block), 4 stages of 48 KB; K split into up to
+    // k_tiles / 8 parts until kRouterWgmmaBlocks blocks run.
+    const int block_n = c.n_routed_experts % 256 == 0 ? 256 : 128;
+    const long long blocks = (max_tokens + 127) / 128 * (c.n_routed_experts / block_n);
+    GemmTile t{128, block_n, 64, 2, 1, 4, 90};  // warps_m and warps_n count warpgroups
+    t.split = int(std::clamp<long long>((kRouterWgmmaBlocks + blocks - 1) / blocks, 1,
+                                        std::max<long long>(k_tiles / 8, 1)));
+    return t;
+  }
   // A skinny GEMM (N = E, K = H). A block walking all of K takes one long loop of loads, one stage
   // in flight per STAGES-th of it, and every row block reads the whole router from L2, so the
   // gating GEMM runs tall blocks with K split across kRouterMinBlocks blocks or more:
@@ -202,7 +214,6 @@ GemmTile router_tile(const MoeConfig& c, long long max_tokens) {
   const long long experts = c.n_routed_experts;
   const int block_n = experts <= 32 ? 32 : experts <= 64 ? 64 : 128;
   const long long col_blocks = (experts + block_n - 1) / block_n;
-  const long long k_tiles = (c.d_hidden + 63) / 64;
   const long long max_split = std::clamp<long long>(k_tiles / 7, 1, 16);
   auto blocks = [&](long long rows) { return (max_tokens + rows - 1) / rows * col_blocks; };
   int block_m = 128;
@@ -274,6 +285,23 @@ KernelSpec scatter_spec(const MoeConfig& c) {
       "rt_moe::ScatterParams"};
 }
 
+namespace {
+
+// The template's GemmMode (tile_loader.cuh) of a stage.
+const char* mode_tag(GemmStage stage) {
+  switch (stage) {
+    case GemmStage::kGateUp:
+      return "rt_moe::kGateUp";
+    case GemmStage::kDown:
+      return "rt_moe::kDown";
+    case GemmStage::kRouter:
+      return "rt_moe::kRouter";
+  }
+  return "rt_moe::kGateUp";  // unreachable: every stage is named above
+}
+
+}  // namespace
+
 KernelSpec gemm_spec(const MoeConfig& c, GemmStage stage, const GemmTile& t) {
   if (t.fused) {
     // One kernel for both stages: the plan launches it once (runtime.cpp).
@@ -289,7 +317,7 @@ KernelSpec gemm_spec(const MoeConfig& c, GemmStage stage, const GemmTile& t) {
                     fmt::format("rt_moe::GroupedGemv<{}, {}, {}, {}, {}, {}, {}, {}, {}, {}>",
                                 dtype_tag(c.dtype), c.d_hidden, c.d_expert, c.n_routed_experts,
                                 c.n_shared_experts, c.top_k,
-                                stage == GemmStage::kGateUp ? "rt_moe::kGateUp" : "rt_moe::kDown",
+                                mode_tag(stage),
                                 t.block_m, t.warps_m, t.stages),
                     "rt_moe::GemmParams"};
     // A register cap of 128 a thread: without one, ptxas interleaves the loads with the MMAs and
@@ -302,7 +330,7 @@ KernelSpec gemm_spec(const MoeConfig& c, GemmStage stage, const GemmTile& t) {
                     fmt::format("rt_moe::GroupedGemmSm90Swap<{}, {}, {}, {}, {}, {}, {}, {}, {}>",
                                 dtype_tag(c.dtype), c.d_hidden, c.d_expert, c.n_routed_experts,
                                 c.n_shared_experts, c.top_k,
-                                stage == GemmStage::kGateUp ? "rt_moe::kGateUp" : "rt_moe::kDown",
+                                mode_tag(stage),
                                 t.block_m, t.stages),
                     "rt_moe::GemmTmaParams"};
     spec.min_blocks = 1;
@@ -314,7 +342,7 @@ KernelSpec gemm_spec(const MoeConfig& c, GemmStage stage, const GemmTile& t) {
         fmt::format("rt_moe::GroupedGemmSm90Ws<{}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}>",
                     dtype_tag(c.dtype), c.d_hidden, c.d_expert, c.n_routed_experts,
                     c.n_shared_experts, c.top_k,
-                    stage == GemmStage::kGateUp ? "rt_moe::kGateUp" : "rt_moe::kDown", t.warps_m,
+                    mode_tag(stage), t.warps_m,
                     t.block_n, t.stages, t.cluster),
         "rt_moe::GemmTmaParams"};
     spec.min_blocks = 1;
@@ -325,7 +353,7 @@ KernelSpec gemm_spec(const MoeConfig& c, GemmStage stage, const GemmTile& t) {
             fmt::format("rt_moe::GroupedGemmSm90<{}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}>",
                         dtype_tag(c.dtype), c.d_hidden, c.d_expert, c.n_routed_experts,
                         c.n_shared_experts, c.top_k,
-                        stage == GemmStage::kGateUp ? "rt_moe::kGateUp" : "rt_moe::kDown",
+                        mode_tag(stage),
                         t.warps_m, t.warps_n, t.block_n, t.stages),
             "rt_moe::GemmParams"};
   }
@@ -333,9 +361,7 @@ KernelSpec gemm_spec(const MoeConfig& c, GemmStage stage, const GemmTile& t) {
           fmt::format("rt_moe::GroupedGemmSm80<{}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}>",
                       dtype_tag(c.dtype), c.d_hidden, c.d_expert, c.n_routed_experts,
                       c.n_shared_experts, c.top_k,
-                      stage == GemmStage::kGateUp ? "rt_moe::kGateUp"
-                      : stage == GemmStage::kDown ? "rt_moe::kDown"
-                                                  : "rt_moe::kRouter",
+                      mode_tag(stage),
                       t.block_m, t.block_n, t.block_k, t.warps_m, t.warps_n, t.stages),
           "rt_moe::GemmParams"};
 }
@@ -353,7 +379,7 @@ unsigned combine_blocks(std::int64_t tokens, std::int64_t d_hidden) {
 
 std::vector<KernelSpec> forward_specs(const MoeConfig& c, const GemmTile& tile,
                                       long long max_tokens) {
-  const GemmTile router = router_tile(c, max_tokens);
+  const GemmTile router = router_tile(c, max_tokens, tile.sm == 90);
   if (uses_route_decode(tile, max_tokens)) {
     const KernelSpec route = route_decode_spec(c, tile.block_m);
     return {router_spec(c, router),

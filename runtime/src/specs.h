@@ -72,8 +72,15 @@ inline constexpr long long kRouterMmaMinTokens = 32;
 inline constexpr int kFusedBlockM = 16;
 // Blocks the tensor-core gating GEMM aims for (about two an SM on a 132-SM H200).
 inline constexpr long long kRouterMinBlocks = 256;
+// The wgmma gating GEMM (grouped_gemm_sm90.cuh kRouter: 128-row blocks of one block an SM) runs
+// from this many tokens, where a router of a multiple of 128 experts is compute-bound on mma.sync
+// (DeepSeek-V3 at T = 16384: 182 us for 60 GFLOP, docs/PERF.md 8c), and aims for this many
+// blocks (one wave on a 132-SM H200).
+inline constexpr long long kRouterWgmmaMinTokens = 2048;
+inline constexpr long long kRouterWgmmaBlocks = 128;
 // The tile of the tensor-core gating GEMM for a bucket, or block_m == 0 for the CUDA-core kernel.
-GemmTile router_tile(const MoeConfig& config, long long max_tokens);
+// `wgmma`: the bucket's grouped GEMM tile runs wgmma (GemmTile::sm == 90), so the GPU has it.
+GemmTile router_tile(const MoeConfig& config, long long max_tokens, bool wgmma);
 
 // Shared memory a tile needs, in bytes.
 int tile_smem_bytes(const GemmTile& tile);

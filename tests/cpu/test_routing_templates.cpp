@@ -34,9 +34,10 @@ TEST_CASE("routing: Topk and the router kernels compile for sm_90a for every pre
   configs.emplace_back("deepseek-v2-style fp16", deepseek_v2_style());
   for (const auto& [name, c] : configs) {
     INFO(name << ": " << c.routing.describe());
-    // The CUDA-core router (decode), the tensor-core router (prefill), and top-k.
+    // The CUDA-core router (decode), the mma.sync and wgmma routers (prefill), and top-k.
     for (const KernelSpec& spec :
-         {router_spec(c, router_tile(c, 1)), router_spec(c, router_tile(c, 4096)), topk_spec(c)}) {
+         {router_spec(c, router_tile(c, 1, false)), router_spec(c, router_tile(c, 4096, false)),
+          router_spec(c, router_tile(c, 16384, true)), topk_spec(c)}) {
       INFO(spec.name());
       CHECK(is_elf(compile_for_sm90a(spec)));
     }
@@ -51,12 +52,14 @@ TEST_CASE("routing: the tensor-core router's tile covers the experts, fills the 
     std::set<std::string> compiled;
     for (long long T :
          {1LL, 31LL, 32LL, 64LL, 127LL, 128LL, 512LL, 1024LL, 2048LL, 4096LL, 8192LL, 16384LL}) {
-      const GemmTile t = router_tile(c, T);
+      const GemmTile t = router_tile(c, T, false);
       INFO(name << ", T = " << T << ": " << t.describe());
       if (T < kRouterMmaMinTokens) {
         CHECK(t.block_m == 0);  // the CUDA-core router
+        CHECK(router_tile(c, T, true).block_m == 0);
         continue;
       }
+      CHECK(t.sm == 80);
       // Columns: E rounded up to 32, 64 or 128 (wider routers take several column blocks).
       const int want_n = E <= 32 ? 32 : E <= 64 ? 64 : 128;
       CHECK(t.block_n == want_n);
@@ -86,14 +89,57 @@ TEST_CASE("routing: the tensor-core router's tile covers the experts, fills the 
   }
 }
 
+TEST_CASE("routing: the wgmma router's tile covers the experts, fills the GPU and compiles",
+          "[nvrtc]") {
+  for (const std::string& name : preset_names()) {
+    const MoeConfig c = preset(name).moe;
+    const long long E = c.n_routed_experts;
+    const long long k_tiles = (c.d_hidden + 63) / 64;
+    std::set<std::string> compiled;
+    for (long long T : {32LL, 1024LL, 2047LL, 2048LL, 4096LL, 8192LL, 16384LL, 65536LL}) {
+      const GemmTile t = router_tile(c, T, true);
+      INFO(name << ", T = " << T << ": " << t.describe());
+      if (T < kRouterWgmmaMinTokens || E % 128 != 0) {
+        // The mma.sync router, the same tile as on a GPU without wgmma.
+        CHECK(t.describe() == router_tile(c, T, false).describe());
+        CHECK(t.split == router_tile(c, T, false).split);
+        continue;
+      }
+      // Two warpgroups of 64 rows; all of E = 256 (else 128 columns a block); 4 stages.
+      CHECK(t.sm == 90);
+      CHECK(t.block_m == 128);
+      CHECK(t.warps_m == 2);
+      CHECK(t.warps_n == 1);
+      CHECK(t.block_n == (E % 256 == 0 ? 256 : 128));
+      CHECK(E % t.block_n == 0);
+      CHECK(t.stages == 4);
+      CHECK(tile_smem_bytes(t) <= 227 * 1024);
+      // K split: the fewest parts (of at least 8 K tiles) that make kRouterWgmmaBlocks blocks.
+      const long long blocks = (T + 127) / 128 * (E / t.block_n);
+      const long long max_split = std::max<long long>(k_tiles / 8, 1);
+      CHECK(t.split >= 1);
+      CHECK(t.split <= max_split);
+      CHECK((t.split == max_split || blocks * t.split >= kRouterWgmmaBlocks));
+      CHECK((t.split == 1 || blocks * (t.split - 1) < kRouterWgmmaBlocks));
+      const KernelSpec spec = router_spec(c, t);
+      CHECK(spec.name().starts_with("rt_moe::GroupedGemmSm90<"));
+      CHECK(spec.name().find("rt_moe::kRouter") != std::string::npos);
+      if (compiled.insert(spec.name()).second) CHECK(is_elf(compile_for_sm90a(spec)));
+    }
+  }
+}
+
 TEST_CASE("routing: the workspace holds every part of the gating GEMM's K split", "[routing]") {
   for (const std::string& name : preset_names()) {
     const ModelConfig model = preset(name);
     const MoeConfig& c = model.moe;
     for (long long T : {1LL, 32LL, 64LL, 512LL, 4096LL, 16384LL}) {
       if (T > model.max_tokens) continue;
-      const GemmTile t = router_tile(c, T);
-      const long long parts = t.block_m == 0 ? 1 : t.split;
+      long long parts = 1;
+      for (bool wgmma : {false, true}) {
+        const GemmTile t = router_tile(c, T, wgmma);
+        parts = std::max<long long>(parts, t.block_m == 0 ? 1 : t.split);
+      }
       INFO(name << ", T = " << T << ": " << parts << " parts");
       const WorkspaceLayout l = workspace_layout(c, T, 16);
       // The logits come first; the top-k ids follow them.
@@ -163,8 +209,8 @@ TEST_CASE("routing: the Topk instance spells every knob, and equivalent configs 
         "rt_moe::kGroupMax, true, 4>");
   // fp32 logits: the CUDA-core router's ROUND_LOGITS is false (the tensor-core one takes
   // GemmParams::round_logits at run time).
-  CHECK(router_spec(qwen, router_tile(qwen, 1)).name().ends_with(", false>"));
-  CHECK(router_spec(v3, router_tile(v3, 1)).name().ends_with(", true>"));
+  CHECK(router_spec(qwen, router_tile(qwen, 1, false)).name().ends_with(", false>"));
+  CHECK(router_spec(v3, router_tile(v3, 1, false)).name().ends_with(", true>"));
 
   // Each knob changes the instance...
   std::set<std::string> names;

@@ -156,6 +156,40 @@ TEST_CASE("routing: fp32 logits choose where dtype-rounded logits tie, in both r
   }
 }
 
+TEST_CASE("routing: fp32 logits choose where dtype-rounded logits tie, in the wgmma router",
+          "[forward][routing]") {
+  // E = 128 and k = 8 at T = 2048 run the wgmma gating GEMM (grouped_gemm_sm90.cuh kRouter) with
+  // its K in one part, so the kernel rounds the logits itself, or keeps them fp32. Every token is
+  // x = (1, 1, 0, ...); experts 0-6 get logit 16, expert 7 8 and expert 8 8 + 2^-6, which rounds
+  // to 8 in bf16: the eighth choice is expert 7 with rounded logits (a tie, the lower index wins)
+  // and expert 8 with fp32 logits.
+  const std::int64_t tokens = 2048;
+  for (bool fp32 : {false, true}) {
+    MoeConfig c = make_config(256, 64, 128, 0, 8, DType::kBF16);
+    c.routing.logits_fp32 = fp32;
+    Fixture f(c, 1411);
+    const std::string plan = f.moe.describe(tokens);
+    INFO(plan);
+    REQUIRE(plan.find("router mma sm90 128x128x64") != std::string::npos);
+    std::fill(f.weights.router.begin(), f.weights.router.end(), float_to_bits(c.dtype, 0.0f));
+    for (int e = 0; e < 7; ++e) f.weights.router[e * 256] = float_to_bits(c.dtype, 16.0f);
+    f.weights.router[7 * 256] = float_to_bits(c.dtype, 8.0f);
+    f.weights.router[8 * 256] = float_to_bits(c.dtype, 8.0f);
+    f.weights.router[8 * 256 + 1] = float_to_bits(c.dtype, 0x1p-6f);
+    f.device_weights.router.upload(f.weights.router.data(), f.weights.router.size() * 2);
+    std::vector<std::uint16_t> x(tokens * 256, float_to_bits(c.dtype, 0.0f));
+    for (std::int64_t t = 0; t < tokens; ++t) {
+      x[t * 256] = x[t * 256 + 1] = float_to_bits(c.dtype, 1.0f);
+    }
+    driver::DeviceBuffer x_dev = upload(x), out_dev(tokens * 256 * 2);
+    CheckResult r = check_forward(f.moe, f.weights, x, x_dev, out_dev, tokens, f.stream.get(),
+                                  fp32 ? "wgmma router, fp32 logits" : "wgmma router, rounded");
+    INFO((fp32 ? "fp32" : "rounded") << " logits");
+    CHECK(std::count(r.run.ids.begin(), r.run.ids.end(), fp32 ? 8 : 7) == tokens);
+    CHECK(std::count(r.run.ids.begin(), r.run.ids.end(), fp32 ? 7 : 8) == 0);
+  }
+}
+
 TEST_CASE("routing: prepare() needs a 16-byte aligned router_bias when the config uses one",
           "[forward][routing]") {
   use_primary_context();
