@@ -182,6 +182,11 @@ GemmTile default_tile(const MoeConfig& c, long long max_tokens, const std::strin
   // once a block (DeepSeek-V3 T = 4096, ~143 rows: 7.44 against 8.54 ms for sm90ws 128x256 on the
   // H200, docs/PERF.md; at ~78, ~310 and more rows the two tied or the swapped tile lost).
   if (rows > 128 && rows <= 256 && has_tma_path(c, arch)) return swap_tile(160, 4);
+  // 257-320 rows: the same with 144 token rows a block (two blocks hold 288). H200, steady clock
+  // (docs/PERF.md 17): gpumode bench 1 (T = 2048, 311 rows) 1.880 against 1.963 ms for sm90ws
+  // 128x256, DeepSeek-V3 T = 8192 (287 rows) 13.63 against 13.77; the tuner's steady rounds
+  // picked it at gpumode 2048 too (16d).
+  if (rows > 256 && rows <= 320 && has_tma_path(c, arch)) return swap_tile(144, 4);
   if (has_tma_path(c, arch)) return {128, 256, 64, 2, 1, 4, 90, true};
   if (has_wgmma(arch)) return {128, 256, 64, 2, 1, 4, 90};  // warps_m/n count warpgroups
   return {128, 128, 64, 2, 4, 3};
