@@ -40,10 +40,10 @@ struct RouteDecode {
     __syncthreads();
     grid_dependency_wait();  // the logits
     for (int token = threadIdx.x / 32; token < T; token += kWarps) {
-      Select::select(p.topk, token, s.counts);
+      Select::template select<1>(p.topk, token, s.counts);
     }
     __syncthreads();  // the counts, and this block's stores of the ids
-    for (int e = threadIdx.x; e < E; e += kThreads) p.topk.expert_counts[e] = s.counts[e];
+    for (int e = threadIdx.x; e < E; e += kThreads) p.offsets.expert_counts[e] = s.counts[e];
     Layout::from_counts(p.offsets, s);
     const int* ids = p.topk.topk_ids;
     for (int pair = threadIdx.x; pair < T * kSlots; pair += kThreads) {

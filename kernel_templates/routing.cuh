@@ -246,11 +246,12 @@ struct Topk {
     grid_dependency_trigger();  // the next kernel may launch now; it waits for this one
     grid_dependency_wait();     // the logits (and the counts, zero since the last combine)
     const int token = blockIdx.x * WARPS + threadIdx.x / 32;
-    if (token < p.tokens) select(p, token, p.expert_counts);
+    if (token < p.tokens) select<kCounterStride>(p, token, p.count_lines);
   }
 
-  // One token's choice by one whole warp: writes its K ids and weights and adds one to `counts`
-  // (global or shared memory) of each chosen expert.
+  // One token's choice by one whole warp: writes its K ids and weights and adds one to
+  // counts[expert * STRIDE] (global count lines, or shared memory) of each chosen expert.
+  template <int STRIDE>
   static __device__ void select(const TopkParams& p, int token, int* counts) {
     const int lane = threadIdx.x % 32;
     const float* logits = p.logits + (long long)token * E;
@@ -391,7 +392,7 @@ struct Topk {
       w = round_to<D>(w * scale);
       p.topk_ids[(long long)token * K + j] = id;
       p.topk_weights[(long long)token * K + j] = w;
-      atomicAdd(&counts[id], 1);
+      atomicAdd(&counts[id * STRIDE], 1);
     };
     if (lane < K) emit(lane, chosen_id, chosen_score);
     if (lane + 32 < K) emit(lane + 32, chosen_id_hi, chosen_score_hi);

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "params.h"
+
 namespace rt_moe {
 namespace {
 
@@ -40,14 +42,15 @@ WorkspaceLayout workspace_layout(const MoeConfig& c, std::int64_t max_tokens, in
   l.topk_weights = take(sizeof(float) * T * k);
   l.shared_chunk_blocks = fused ? (T + kFusedBlockM - 1) / kFusedBlockM : 0;
   CounterLayout& n = l.counters;
-  n.ints = std::size_t(E + 3 + l.max_blocks + S * l.shared_chunk_blocks);
+  n.ints = std::size_t(E + 3 + l.max_blocks + S * l.shared_chunk_blocks + E * kCounterStride);
   n.counts = 0;
   n.tile_counters = n.counts + sizeof(int) * E;
   n.decode_ticket = n.tile_counters + sizeof(int) * 2;
   n.gate_up_done = n.decode_ticket + sizeof(int);
   n.shared_done = n.gate_up_done + sizeof(int) * l.max_blocks;
-  l.route_counts = take(sizeof(int) * E);
-  l.fill = take(sizeof(int) * (E + S));
+  n.count_lines = n.shared_done + sizeof(int) * S * l.shared_chunk_blocks;
+  l.route_counts = take(sizeof(int) * E * (kCounterStride + 1));
+  l.fill = take(sizeof(int) * E * kCounterStride);
   l.padded_offsets = take(sizeof(int) * (E + S + 1));
   l.block_expert = take(sizeof(int) * l.max_blocks);
   l.num_blocks = take(sizeof(int));

@@ -20,11 +20,12 @@ namespace rt_moe {
 // which writes the workspace, can leave them dirty (CUDA graphs of several buckets replay in any
 // order).
 struct CounterLayout {
-  std::size_t counts = 0;         // int (E): routed pairs per expert (top-k's atomics)
+  std::size_t counts = 0;         // int (E): routed pairs per expert (Offsets, RouteDecode)
   std::size_t tile_counters = 0;  // int (2): the TMA grouped GEMMs' next tile (gate/up, down)
   std::size_t decode_ticket = 0;  // int (1): the fused decode GEMM's next work item
   std::size_t gate_up_done = 0;   // int (max_blocks): its finished gate/up tiles a row block
   std::size_t shared_done = 0;    // int (S * shared_chunk_blocks): the same, shared rows
+  std::size_t count_lines = 0;    // int (E * kCounterStride): top-k's atomic counts (params.h)
   std::size_t ints = 0;           // all of them
 };
 
@@ -37,8 +38,9 @@ struct WorkspaceLayout {
   std::size_t topk_ids = 0;        // int (T, k)
   std::size_t topk_weights = 0;    // float (T, k)
   CounterLayout counters;          // in LaunchPlan::counters, not in the workspace
-  std::size_t route_counts = 0;    // int (E): route()'s expert counts, zeroed before it
-  std::size_t fill = 0;            // int (E + S)
+  std::size_t route_counts = 0;    // int (E * kCounterStride + E): route()'s count lines, zeroed
+                                   // before it, then its counts
+  std::size_t fill = 0;            // int (E * kCounterStride): the scatter's fill counters
   std::size_t padded_offsets = 0;  // int (E + S + 1)
   std::size_t block_expert = 0;    // int (max_blocks)
   std::size_t num_blocks = 0;      // int (1)

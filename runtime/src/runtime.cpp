@@ -179,8 +179,8 @@ void MoeRuntime::Impl::ensure_workspace(std::size_t bytes) {
   log().debug("workspace grown to {:.1f} MiB", bytes / 1048576.0);
 }
 
-void MoeRuntime::Impl::enqueue_routing(const LaunchPlan& plan, const void* x, int T, int* counts,
-                                       CUstream stream) {
+void MoeRuntime::Impl::enqueue_routing(const LaunchPlan& plan, const void* x, int T,
+                                       int* count_lines, int* counts, CUstream stream) {
   const MoeConfig& c = config;
   const WorkspaceLayout& l = plan.layout;
   const CUdeviceptr ws = workspace.get();
@@ -220,25 +220,27 @@ void MoeRuntime::Impl::enqueue_routing(const LaunchPlan& plan, const void* x, in
   topk.bias = router_bias;
   topk.topk_ids = static_cast<int*>(ptr(l.topk_ids));
   topk.topk_weights = static_cast<float*>(ptr(l.topk_weights));
-  topk.expert_counts = counts;
+  topk.count_lines = count_lines;
   topk.tokens = T;
   topk.routed_scaling_factor = c.routing.routed_scaling_factor;
   topk.logit_splits = plan.router_tile.block_m == 0 ? 1 : plan.router_tile.split;
   topk.round_logits = c.routing.logits_fp32 ? 0 : 1;
   if (plan.route_decode) {
     // One block for top-k and the dispatch: a warp a token.
-    launch(*plan.topk, {1}, RouteDecodeParams{topk, offsets_params(plan, T, counts)}, stream,
-           order);
+    launch(*plan.topk, {1}, RouteDecodeParams{topk, offsets_params(plan, T, count_lines, counts)},
+           stream, order);
   } else {
     launch(*plan.topk, {ceil_div(T, kTopkWarps)}, topk, stream, order);
   }
 }
 
-OffsetsParams MoeRuntime::Impl::offsets_params(const LaunchPlan& plan, int T, int* counts) const {
+OffsetsParams MoeRuntime::Impl::offsets_params(const LaunchPlan& plan, int T,
+                                               const int* count_lines, int* counts) const {
   const WorkspaceLayout& l = plan.layout;
   const CUdeviceptr ws = workspace.get();
   auto ptr = [ws](std::size_t offset) { return reinterpret_cast<int*>(ws + offset); };
-  return {counts,
+  return {count_lines,
+          counts,
           ptr(l.fill),
           ptr(l.padded_offsets),
           ptr(l.block_expert),
@@ -277,15 +279,16 @@ void MoeRuntime::Impl::enqueue_stages(const LaunchPlan& plan, const void* x, voi
   };
   const CounterLayout& n = l.counters;
 
-  enqueue_routing(plan, x, T, counter(n.counts), stream);
+  enqueue_routing(plan, x, T, counter(n.count_lines), counter(n.counts), stream);
   const std::int64_t blocks = max_row_blocks(c, T, plan.tile.block_m);
   const LaunchOrder order = stage_order(kernels->arch());
   if (!plan.route_decode) {  // else the decode routing kernel did the dispatch
-    launch(*plan.offsets, {1}, offsets_params(plan, T, counter(n.counts)), stream, order);
+    launch(*plan.offsets, {1}, offsets_params(plan, T, counter(n.count_lines), counter(n.counts)),
+           stream, order);
     ScatterParams scatter{static_cast<const int*>(ptr(l.topk_ids)),
                           static_cast<const int*>(ptr(l.padded_offsets)),
                           static_cast<int*>(ptr(l.fill)), static_cast<int*>(ptr(l.sorted_rows)), T};
-    launch(*plan.scatter, {ceil_div(T * slots, 256)}, scatter, stream, order);
+    launch(*plan.scatter, {ceil_div(T * slots, kScatterThreads)}, scatter, stream, order);
   }
 
   GemmParams gate_up{};
@@ -488,10 +491,13 @@ void MoeRuntime::route(const void* x, std::int64_t tokens, CUstream_st* stream) 
   driver::ScopedContext scope(m.context.get());
   driver::check_stream_context(stream, m.context.get(), "route");
   const LaunchPlan& plan = m.plan_for(tokens, stream);
-  // Its own counts, zeroed here: no combine follows to zero the plan's counters again.
-  const CUdeviceptr counts = m.workspace.get() + plan.layout.route_counts;
-  RT_MOE_CALL(cuMemsetD32Async, counts, 0, std::size_t(m.config.n_routed_experts), stream);
-  m.enqueue_routing(plan, x, int(tokens), reinterpret_cast<int*>(counts), stream);
+  // Its own count lines, zeroed here (no combine follows to zero the plan's counters again), and
+  // counts after them.
+  const std::size_t lines = std::size_t(m.config.n_routed_experts) * kCounterStride;
+  const CUdeviceptr count_lines = m.workspace.get() + plan.layout.route_counts;
+  RT_MOE_CALL(cuMemsetD32Async, count_lines, 0, lines, stream);
+  m.enqueue_routing(plan, x, int(tokens), reinterpret_cast<int*>(count_lines),
+                    reinterpret_cast<int*>(count_lines + lines * sizeof(int)), stream);
   m.last_plan = &plan;
   m.last_tokens = tokens;
 }

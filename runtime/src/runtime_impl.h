@@ -56,14 +56,15 @@ struct MoeRuntime::Impl {
   // Grows the workspace to at least `bytes` (synchronizing the context: forwards in flight may
   // use the old one).
   void ensure_workspace(std::size_t bytes);
-  // The dispatch's parameters (Offsets, and RouteDecode's offsets part) for `tokens` tokens, with
-  // the expert counts at `counts`.
-  OffsetsParams offsets_params(const LaunchPlan& plan, int tokens, int* counts) const;
-  // Enqueues the routing stages (gating GEMM, scores, top-k, expert counts into `counts`, which
-  // must be zero) of `plan`; where plan.route_decode, the decode routing kernel, which does the
-  // dispatch too, in place of top-k.
-  void enqueue_routing(const LaunchPlan& plan, const void* x, int tokens, int* counts,
-                       CUstream stream);
+  // The dispatch's parameters (Offsets, and RouteDecode's offsets part) for `tokens` tokens:
+  // top-k's count lines at `count_lines`, the expert counts stored to `counts`.
+  OffsetsParams offsets_params(const LaunchPlan& plan, int tokens, const int* count_lines,
+                               int* counts) const;
+  // Enqueues the routing stages (gating GEMM, scores, top-k, counting into `count_lines`, E *
+  // kCounterStride ints that must be zero) of `plan`; where plan.route_decode, the decode routing
+  // kernel, which does the dispatch too, in place of top-k, and stores the counts to `counts`.
+  void enqueue_routing(const LaunchPlan& plan, const void* x, int tokens, int* count_lines,
+                       int* counts, CUstream stream);
   // Enqueues one forward of `plan` on `stream` (enqueue_stages), after zeroing the plan's counters
   // if a forward of it threw half-way (LaunchPlan::counters_dirty).
   void enqueue(const LaunchPlan& plan, const void* x, void* out, int tokens, CUstream stream);

@@ -286,7 +286,8 @@ KernelSpec offsets_spec(const MoeConfig& c, int block_m) {
 KernelSpec scatter_spec(const MoeConfig& c) {
   return {
       "dispatch", "dispatch.cuh",
-      fmt::format("rt_moe::Scatter<{}, {}, {}>", c.n_routed_experts, c.n_shared_experts, c.top_k),
+      fmt::format("rt_moe::Scatter<{}, {}, {}, {}>", c.n_routed_experts, c.n_shared_experts,
+                  c.top_k, kScatterThreads),
       "rt_moe::ScatterParams"};
 }
 

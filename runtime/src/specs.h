@@ -98,6 +98,8 @@ inline constexpr int kRouterTokensPerBlock = 4;
 inline constexpr int kRouterWarps = 8;
 inline constexpr int kRouterSplit = 4;
 inline constexpr int kTopkWarps = 4;
+// Pairs a scatter block places (dispatch.cuh Scatter): one fill atomic per routed expert a block.
+inline constexpr int kScatterThreads = 1024;
 
 KernelSpec router_spec(const MoeConfig& config, const GemmTile& router_tile);
 KernelSpec topk_spec(const MoeConfig& config);

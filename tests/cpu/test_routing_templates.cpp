@@ -10,6 +10,7 @@
 
 #include "kernels.h"
 #include "nvrtc_sm90a.h"
+#include "params.h"
 #include "plan.h"
 #include "reference.h"
 #include "rt_moe/presets.h"
@@ -163,11 +164,13 @@ TEST_CASE("the counters: one array of the plan's own, each counter in it once", 
         CHECK(n.decode_ticket == n.tile_counters + sizeof(int) * 2);
         CHECK(n.gate_up_done == n.decode_ticket + sizeof(int));
         CHECK(n.shared_done == n.gate_up_done + sizeof(int) * std::size_t(l.max_blocks));
-        CHECK(n.ints * sizeof(int) ==
-              n.shared_done + sizeof(int) * S * std::size_t(l.shared_chunk_blocks));
-        // route()'s counts are the workspace's, apart from the logits and top-k arrays around it.
+        CHECK(n.count_lines == n.shared_done + sizeof(int) * S * std::size_t(l.shared_chunk_blocks));
+        CHECK(n.ints * sizeof(int) == n.count_lines + sizeof(int) * E * kCounterStride);
+        // route()'s count lines and counts are the workspace's, apart from the logits and top-k
+        // arrays around them; the scatter's fill counters one a line as well.
         CHECK(l.route_counts >= l.topk_weights + sizeof(float) * std::size_t(T * c.top_k));
-        CHECK(l.fill >= l.route_counts + sizeof(int) * E);
+        CHECK(l.fill >= l.route_counts + sizeof(int) * E * (kCounterStride + 1));
+        CHECK(l.padded_offsets >= l.fill + sizeof(int) * E * kCounterStride);
       }
     }
   }
