@@ -1,9 +1,9 @@
 // Dispatch: group the (token, slot) pairs by expert, on the device, with no host round trip.
 //
 // Offsets (one block): per expert (E routed, then S shared chunks that every token visits) the
-// count (top-k's count lines, stored densely for the GEMMs) padded to BLOCK_M, an exclusive scan of those into padded_offsets, the expert of every
-// row block, the number of row blocks, -1 in each expert's padding rows, and the fill counters
-// zeroed for the scatter.
+// count (top-k's count lines, stored densely for the GEMMs) padded to BLOCK_M, an exclusive scan of
+// those into padded_offsets, the expert of every row block, the number of row blocks, -1 in each
+// expert's padding rows, and the fill counters zeroed for the scatter.
 //
 // Scatter (one thread per pair, THREADS pairs a block): a block counts its pairs of each routed
 // expert in shared memory, takes that many rows of the expert's range with one atomic add on the
@@ -112,8 +112,8 @@ struct Scatter {
   static constexpr int kSlots = K + S;
 
   static __device__ void run(const ScatterParams& p) {
-    __shared__ int taken[E];  // this block's pairs of each routed expert
-    __shared__ int first[E];  // the first of the rows they take, past the expert's start
+    __shared__ int taken[E];    // this block's pairs of each routed expert
+    __shared__ int first[E];    // the first of the rows they take, past the expert's start
     grid_dependency_trigger();  // the next kernel may launch now; it waits for this one
     for (int e = threadIdx.x; e < E; e += kThreads) taken[e] = 0;
     __syncthreads();

@@ -44,13 +44,13 @@ struct TopkParams {
 };
 
 struct OffsetsParams {
-  const int* count_lines;    // (E * kCounterStride) top-k's counts (the Offsets kernel)
-  int* expert_counts;        // (E) routed pairs per expert, stored here for the GEMMs
-  int* expert_fill;          // (E * kCounterStride) zeroed here, added to by the scatter kernel
-  int* padded_offsets;       // (E + S + 1) start row of each expert, padded to BLOCK_M
-  int* block_expert;         // (max_blocks) expert of each row block
-  int* num_blocks;           // (1) row blocks in use
-  int* sorted_rows;          // (max_rows) padding rows are set to -1 here
+  const int* count_lines;  // (E * kCounterStride) top-k's counts (the Offsets kernel)
+  int* expert_counts;      // (E) routed pairs per expert, stored here for the GEMMs
+  int* expert_fill;        // (E * kCounterStride) zeroed here, added to by the scatter kernel
+  int* padded_offsets;     // (E + S + 1) start row of each expert, padded to BLOCK_M
+  int* block_expert;       // (max_blocks) expert of each row block
+  int* num_blocks;         // (1) row blocks in use
+  int* sorted_rows;        // (max_rows) padding rows are set to -1 here
   int tokens;
   int max_blocks;
 };

@@ -23,8 +23,8 @@ std::string GemmTile::describe() const {
                        cluster == 2 ? " c2" : "");
   }
   if (sm == 90) {
-    return fmt::format("sm90 {}x{}x{} wg{}x{} s{}", block_m, block_n, block_k, warps_m, warps_n,
-                       stages);
+    return fmt::format("sm90 {}x{}x{} wg{}x{} s{}{}", block_m, block_n, block_k, warps_m, warps_n,
+                       stages, split > 1 ? fmt::format(" k{}", split) : "");
   }
   return fmt::format("sm80 {}x{}x{} w{}x{} s{}{}", block_m, block_n, block_k, warps_m, warps_n,
                      stages, split > 1 ? fmt::format(" k{}", split) : "");
@@ -284,11 +284,10 @@ KernelSpec offsets_spec(const MoeConfig& c, int block_m) {
 }
 
 KernelSpec scatter_spec(const MoeConfig& c) {
-  return {
-      "dispatch", "dispatch.cuh",
-      fmt::format("rt_moe::Scatter<{}, {}, {}, {}>", c.n_routed_experts, c.n_shared_experts,
-                  c.top_k, kScatterThreads),
-      "rt_moe::ScatterParams"};
+  return {"dispatch", "dispatch.cuh",
+          fmt::format("rt_moe::Scatter<{}, {}, {}, {}>", c.n_routed_experts, c.n_shared_experts,
+                      c.top_k, kScatterThreads),
+          "rt_moe::ScatterParams"};
 }
 
 namespace {
@@ -319,13 +318,12 @@ KernelSpec gemm_spec(const MoeConfig& c, GemmStage stage, const GemmTile& t) {
             "rt_moe::DecodeParams"};
   }
   if (t.gemv) {
-    KernelSpec spec{"grouped_gemv", "grouped_gemv.cuh",
-                    fmt::format("rt_moe::GroupedGemv<{}, {}, {}, {}, {}, {}, {}, {}, {}, {}>",
-                                dtype_tag(c.dtype), c.d_hidden, c.d_expert, c.n_routed_experts,
-                                c.n_shared_experts, c.top_k,
-                                mode_tag(stage),
-                                t.block_m, t.warps_m, t.stages),
-                    "rt_moe::GemmParams"};
+    KernelSpec spec{
+        "grouped_gemv", "grouped_gemv.cuh",
+        fmt::format("rt_moe::GroupedGemv<{}, {}, {}, {}, {}, {}, {}, {}, {}, {}>",
+                    dtype_tag(c.dtype), c.d_hidden, c.d_expert, c.n_routed_experts,
+                    c.n_shared_experts, c.top_k, mode_tag(stage), t.block_m, t.warps_m, t.stages),
+        "rt_moe::GemmParams"};
     // A register cap of 128 a thread: without one, ptxas interleaves the loads with the MMAs and
     // keeps ~3 loads in flight a lane; with it, all of a round's loads go first (SASS checked).
     spec.min_blocks = 512 / (32 * t.warps_m);
@@ -335,9 +333,7 @@ KernelSpec gemm_spec(const MoeConfig& c, GemmStage stage, const GemmTile& t) {
     KernelSpec spec{"grouped_gemm_sm90_swap", "grouped_gemm_sm90_swap.cuh",
                     fmt::format("rt_moe::GroupedGemmSm90Swap<{}, {}, {}, {}, {}, {}, {}, {}, {}>",
                                 dtype_tag(c.dtype), c.d_hidden, c.d_expert, c.n_routed_experts,
-                                c.n_shared_experts, c.top_k,
-                                mode_tag(stage),
-                                t.block_m, t.stages),
+                                c.n_shared_experts, c.top_k, mode_tag(stage), t.block_m, t.stages),
                     "rt_moe::GemmTmaParams"};
     spec.min_blocks = 1;
     return spec;
@@ -347,9 +343,8 @@ KernelSpec gemm_spec(const MoeConfig& c, GemmStage stage, const GemmTile& t) {
         "grouped_gemm_sm90_ws", "grouped_gemm_sm90_ws.cuh",
         fmt::format("rt_moe::GroupedGemmSm90Ws<{}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}>",
                     dtype_tag(c.dtype), c.d_hidden, c.d_expert, c.n_routed_experts,
-                    c.n_shared_experts, c.top_k,
-                    mode_tag(stage), t.warps_m,
-                    t.block_n, t.stages, t.cluster),
+                    c.n_shared_experts, c.top_k, mode_tag(stage), t.warps_m, t.block_n, t.stages,
+                    t.cluster),
         "rt_moe::GemmTmaParams"};
     spec.min_blocks = 1;
     return spec;
@@ -358,17 +353,15 @@ KernelSpec gemm_spec(const MoeConfig& c, GemmStage stage, const GemmTile& t) {
     return {"grouped_gemm_sm90", "grouped_gemm_sm90.cuh",
             fmt::format("rt_moe::GroupedGemmSm90<{}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}>",
                         dtype_tag(c.dtype), c.d_hidden, c.d_expert, c.n_routed_experts,
-                        c.n_shared_experts, c.top_k,
-                        mode_tag(stage),
-                        t.warps_m, t.warps_n, t.block_n, t.stages),
+                        c.n_shared_experts, c.top_k, mode_tag(stage), t.warps_m, t.warps_n,
+                        t.block_n, t.stages),
             "rt_moe::GemmParams"};
   }
   return {"grouped_gemm_sm80", "grouped_gemm_sm80.cuh",
           fmt::format("rt_moe::GroupedGemmSm80<{}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}>",
                       dtype_tag(c.dtype), c.d_hidden, c.d_expert, c.n_routed_experts,
-                      c.n_shared_experts, c.top_k,
-                      mode_tag(stage),
-                      t.block_m, t.block_n, t.block_k, t.warps_m, t.warps_n, t.stages),
+                      c.n_shared_experts, c.top_k, mode_tag(stage), t.block_m, t.block_n, t.block_k,
+                      t.warps_m, t.warps_n, t.stages),
           "rt_moe::GemmParams"};
 }
 

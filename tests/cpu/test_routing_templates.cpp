@@ -2,6 +2,8 @@
 // variants of REFERENCE.md section 4, and their instances spell every knob. No GPU needed.
 #include <catch2/catch.hpp>
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <set>
 #include <string>
@@ -115,6 +117,8 @@ TEST_CASE("routing: the wgmma router's tile covers the experts, fills the GPU an
       CHECK(E % t.block_n == 0);
       CHECK(t.stages == 4);
       CHECK(tile_smem_bytes(t) <= 227 * 1024);
+      // The split shows in the name the bench and describe() print.
+      CHECK(t.describe().ends_with(t.split > 1 ? fmt::format(" s4 k{}", t.split) : " s4"));
       // K split: the fewest parts (of at least 8 K tiles) that make kRouterWgmmaBlocks blocks.
       const long long blocks = (T + 127) / 128 * (E / t.block_n);
       const long long max_split = std::max<long long>(k_tiles / 8, 1);
@@ -164,7 +168,8 @@ TEST_CASE("the counters: one array of the plan's own, each counter in it once", 
         CHECK(n.decode_ticket == n.tile_counters + sizeof(int) * 2);
         CHECK(n.gate_up_done == n.decode_ticket + sizeof(int));
         CHECK(n.shared_done == n.gate_up_done + sizeof(int) * std::size_t(l.max_blocks));
-        CHECK(n.count_lines == n.shared_done + sizeof(int) * S * std::size_t(l.shared_chunk_blocks));
+        CHECK(n.count_lines ==
+              n.shared_done + sizeof(int) * S * std::size_t(l.shared_chunk_blocks));
         CHECK(n.ints * sizeof(int) == n.count_lines + sizeof(int) * E * kCounterStride);
         // route()'s count lines and counts are the workspace's, apart from the logits and top-k
         // arrays around them; the scatter's fill counters one a line as well.
