@@ -96,13 +96,8 @@ struct GroupedGemmSm80 {
     if (MODE == kRouter ? m0 >= p.tokens : block_m >= *p.num_blocks) return;
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
     const int warp_m = warp / WARPS_N, warp_n = warp % WARPS_N;
-    ExpertWeights w = {p.b, p.b, p.b, H};
-    bool once = false;
-    if (MODE != kRouter) {
-      const int expert = p.block_expert[block_m];
-      w = p.experts[expert];
-      once = expert_rows_fit_block<E>(p, expert, BLOCK_M);
-    }
+    bool once;
+    const ExpertWeights w = block_weights<E, H, MODE>(p, block_m, BLOCK_M, once);
     const Loader loader(p, w, m0, n_block, tid, once);
     const unsigned smem_base = smem_address(smem);
     auto load_stage = [&](int stage, int k_tile) {

@@ -135,13 +135,8 @@ struct GroupedGemmSm90 {
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
     const int warpgroup = warp / 4, warp_in_group = warp % 4;
     const int wg_m = warpgroup / WG_N, wg_n = warpgroup % WG_N;
-    ExpertWeights w = {p.b, p.b, p.b, H};
-    bool once = false;
-    if (MODE != kRouter) {
-      const int expert = p.block_expert[block_m];
-      w = p.experts[expert];
-      once = expert_rows_fit_block<E>(p, expert, BLOCK_M);
-    }
+    bool once;
+    const ExpertWeights w = block_weights<E, H, MODE>(p, block_m, BLOCK_M, once);
     const Loader loader(p, w, m0, blockIdx.y, tid, once);
     // K tiles [k0, k0 + tiles): all of them, or the router's part blockIdx.z of gridDim.z.
     const int k0 = MODE == kRouter ? int(blockIdx.z * kTiles / gridDim.z) : 0;

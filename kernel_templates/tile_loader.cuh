@@ -33,6 +33,18 @@ __device__ __forceinline__ bool expert_rows_fit_block(const GemmParams& p, int e
   return (expert < E ? p.expert_counts[expert] : p.tokens) <= block_rows;
 }
 
+// The B operand of row block `block_m` in mode MODE: its expert's weights, or the router (all
+// three pointers, K = H) in kRouter; `once` set to expert_rows_fit_block (false for the router).
+template <int E, int H, int MODE>
+__device__ __forceinline__ ExpertWeights block_weights(const GemmParams& p, int block_m,
+                                                       int block_rows, bool& once) {
+  once = false;
+  if (MODE == kRouter) return {p.b, p.b, p.b, H};
+  const int expert = p.block_expert[block_m];
+  once = expert_rows_fit_block<E>(p, expert, block_rows);
+  return p.experts[expert];
+}
+
 // Byte offset of 16-byte chunk `chunk` of row `row` in a tile of 128-byte rows swizzled as above.
 __device__ __forceinline__ unsigned swizzle_128b(int row, int chunk) {
   return (unsigned)(row * 8 + (chunk ^ (row & 7))) * 16u;

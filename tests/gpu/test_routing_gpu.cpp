@@ -49,6 +49,15 @@ MoeConfig deepseek_v2_style(DType dtype) {
   return c;
 }
 
+// Activations of `tokens` tokens that are all x = (1, 1, 0, ...): logit e is router[e][0] +
+// router[e][1].
+std::vector<std::uint16_t> ones_then_zeros(const MoeConfig& c, std::int64_t tokens) {
+  const std::int64_t H = c.d_hidden;
+  std::vector<std::uint16_t> x(tokens * H, float_to_bits(c.dtype, 0.0f));
+  for (std::int64_t t = 0; t < tokens; ++t) x[t * H] = x[t * H + 1] = float_to_bits(c.dtype, 1.0f);
+  return x;
+}
+
 }  // namespace
 
 TEST_CASE(
@@ -143,10 +152,7 @@ TEST_CASE("routing: fp32 logits choose where dtype-rounded logits tie, in both r
     f.weights.router[257] = float_to_bits(c.dtype, 0x1p-6f);
     f.device_weights.router.upload(f.weights.router.data(), f.weights.router.size() * 2);
     for (std::int64_t tokens : {1, 200}) {
-      std::vector<std::uint16_t> x(tokens * 256, float_to_bits(c.dtype, 0.0f));
-      for (std::int64_t t = 0; t < tokens; ++t) {
-        x[t * 256] = x[t * 256 + 1] = float_to_bits(c.dtype, 1.0f);
-      }
+      const std::vector<std::uint16_t> x = ones_then_zeros(c, tokens);
       driver::DeviceBuffer x_dev = upload(x), out_dev(tokens * 256 * 2);
       CheckResult r = check_forward(f.moe, f.weights, x, x_dev, out_dev, tokens, f.stream.get(),
                                     fp32 ? "fp32 logits" : "rounded logits");
@@ -177,10 +183,7 @@ TEST_CASE("routing: fp32 logits choose where dtype-rounded logits tie, in the wg
     f.weights.router[8 * 256] = float_to_bits(c.dtype, 8.0f);
     f.weights.router[8 * 256 + 1] = float_to_bits(c.dtype, 0x1p-6f);
     f.device_weights.router.upload(f.weights.router.data(), f.weights.router.size() * 2);
-    std::vector<std::uint16_t> x(tokens * 256, float_to_bits(c.dtype, 0.0f));
-    for (std::int64_t t = 0; t < tokens; ++t) {
-      x[t * 256] = x[t * 256 + 1] = float_to_bits(c.dtype, 1.0f);
-    }
+    const std::vector<std::uint16_t> x = ones_then_zeros(c, tokens);
     driver::DeviceBuffer x_dev = upload(x), out_dev(tokens * 256 * 2);
     CheckResult r = check_forward(f.moe, f.weights, x, x_dev, out_dev, tokens, f.stream.get(),
                                   fp32 ? "wgmma router, fp32 logits" : "wgmma router, rounded");
