@@ -1,21 +1,40 @@
 #!/usr/bin/env python3
 """Prints the per-stage table of scripts/profile from ncu's CSV (--csv, one row per metric).
 
-Usage: profile_table.py PROFILE.csv TOKENS   (TOKENS: the comma-separated token counts, in the
-order the benchmark ran them; each forward is the 7 kernels from rt_moe_router to rt_moe_combine).
+Usage: profile_table.py PROFILE.csv TOKENS [BENCH.log]   (TOKENS: the comma-separated token
+counts, in the order the benchmark ran them; each forward is the 7 kernels from rt_moe_router to
+rt_moe_combine). With the benchmark's log, each T's routing, dispatch and combine (issue 6: under
+5% of the forward) are also given as a share of the forward's median time in that log.
 """
 import csv
+import re
 import sys
 
 STAGES = ["router", "topk", "offsets", "scatter", "gate_up", "down", "combine"]
+# Everything but the two expert GEMMs.
+AROUND_GEMMS = {"router", "topk", "offsets", "scatter", "combine"}
 
 
 def number(text):
     return float(text.replace(",", "")) if text not in ("", "n/a") else float("nan")
 
 
+def bench_medians(path):
+    """T -> the forward's median ms, from the rows of rt_moe_bench's table."""
+    medians = {}
+    with open(path) as f:
+        for line in f:
+            row = re.match(r"\s+(\d+)\s+(\d+\.\d+)\s", line)
+            if row:
+                medians.setdefault(int(row.group(1)), float(row.group(2)))
+    return medians
+
+
 def main():
+    if len(sys.argv) not in (3, 4):
+        sys.exit(__doc__)
     path, tokens = sys.argv[1], [int(t) for t in sys.argv[2].split(",")]
+    forward_ms = bench_medians(sys.argv[3]) if len(sys.argv) == 4 else {}
     with open(path, newline="") as f:
         lines = f.read().splitlines()
     start = next((i for i, l in enumerate(lines) if l.startswith('"ID"')), None)
@@ -36,7 +55,7 @@ def main():
           f"{'TB/s':>6} {'L2 hit':>7} {'L2 %':>6} {'tensor %':>9} {'L2 rd GB':>10} {'CTAs':>7} "
           f"{'SM act':>7} {'min':>6} {'SM GHz':>7} {'fabric %':>9} {'fabric GB':>10}")
     for t_index, t in enumerate(tokens):
-        total = 0.0
+        total = around = 0.0
         for s_index, stage in enumerate(STAGES):
             name, m = ordered[t_index * len(STAGES) + s_index]
             # Every stage's symbol is rt_moe_entry; rt_moe_<stage> names are accepted too.
@@ -46,6 +65,7 @@ def main():
             rd = m.get("dram__bytes_read.sum", float("nan"))
             wr = m.get("dram__bytes_write.sum", float("nan"))
             total += ns
+            around += ns if stage in AROUND_GEMMS else 0.0
             print(f"{t:>7} {stage:>8} {ns / 1e3:>10.1f} {rd / 1e9:>11.3f} {wr / 1e9:>11.3f} "
                   f"{(rd + wr) / ns / 1e3:>6.2f} "
                   f"{m.get('lts__t_sector_hit_rate.pct', float('nan')):>6.1f}% "
@@ -66,6 +86,12 @@ def main():
                   # line homed in the partition far from its reader (docs/PERF.md 14b).
                   f"{m.get('lts__t_sectors_srcunit_ltcfabric.sum', float('nan')) * 32 / 1e9:>10.2f}")
         print(f"{t:>7} {'sum':>8} {total / 1e3:>10.1f}")
+        share = f"{t:>7} routing, dispatch and combine: {around / 1e3:.1f} us, " \
+                f"{100 * around / total:.1f}% of the kernels' sum"
+        if t in forward_ms:
+            share += f", {100 * around / 1e6 / forward_ms[t]:.1f}% of the forward's median " \
+                     f"({forward_ms[t]:.4f} ms)"
+        print(share)
 
 
 if __name__ == "__main__":
