@@ -1,0 +1,158 @@
+// Offline, no GPU (docs/PERF.md version 17e): how many bytes the prefill gate/up GEMM
+// (grouped_gemm_sm90_ws.cuh, 128 x 256 tiles, tile_order.h's bands) should read from DRAM if L2
+// were one LRU cache of C bytes, for a persistent grid of N CTAs. The tiles are handed out in
+// tile order, each to the CTA that frees first; a tile lasts one unit of time per consumer
+// warpgroup with rows (a warpgroup of padding skips its MMAs), +-5% at random, its 112 K steps
+// evenly spread over it. Each K step reads the tile's A chunk (its row block's x rows: 128 B a
+// row with a pair) and its B chunk (the expert's 128 gate and 128 up rows of that K step: 32 KB).
+// An access misses when the bytes of the distinct chunks read since its chunk's last read, with
+// its own, exceed C (LRU stack distance). The expert counts are those of rt_moe_bench's inputs
+// (weight seed 20240601, x seed 1000 + T) by the reference routing, as in expert_counts.cpp.
+// Build from a configured build/ (after cmake --build build), as expert_counts.cpp:
+//   c++ -O2 -std=c++20 -DFMT_HEADER_ONLY=1 -DSPDLOG_FMT_EXTERNAL=1 -Itests/support
+//     -Iruntime/src -Ikernel_templates -Icache -Iruntime/include -isystem /usr/local/cuda/include
+//     docs/experiments/l2_working_set.cpp build/tests/support/librt_moe_test_support.a
+//     build/runtime/librt_moe.a build/tools/presets/librt_moe_presets.a
+//     build/cache/librt_moe_cache.a build/kernel_templates/librt_moe_templates.a
+//     build/librt_moe_base.a -ldl -lpthread -L/usr/local/cuda/lib64 -lnvrtc -o l2_working_set
+// Run: ./l2_working_set [T] [band] [r|e] [spread] (defaults 16384, 8, r, 0.05): "e" gives every
+// tile two units (as if a warpgroup of padding multiplied too), spread the random +- on lengths.
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <queue>
+#include <random>
+#include <unordered_map>
+#include <vector>
+
+#include "reference.h"
+#include "rt_moe/presets.h"
+#include "tile_order.h"
+
+using namespace rt_moe;
+
+namespace {
+
+constexpr int kBlockM = 128, kColBlocks = 16, kKSteps = 112;  // DeepSeek-V3 gate/up, 128 x 256
+constexpr double kWeightChunk = 256.0 * 128;                  // B bytes of one K step
+
+struct Event {
+  double time;
+  long long chunk;  // A chunks: row block * kKSteps + k; B chunks: offset by kBChunks
+  double bytes;
+  bool weight;
+};
+
+// Byte-weighted Fenwick tree over event positions: the bytes of each chunk sit at its last read.
+struct Fenwick {
+  std::vector<double> tree;
+  explicit Fenwick(std::size_t n) : tree(n + 1, 0.0) {}
+  void add(std::size_t i, double v) {
+    for (++i; i < tree.size(); i += i & (~i + 1)) tree[i] += v;
+  }
+  double prefix(std::size_t i) const {  // sum of [0, i)
+    double s = 0;
+    for (; i > 0; i -= i & (~i + 1)) s += tree[i];
+    return s;
+  }
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const long long T = argc > 1 ? atoll(argv[1]) : 16384;
+  const int band = argc > 2 ? atoi(argv[2]) : 8;
+  const bool equal =
+      argc > 3 && argv[3][0] == 'e';  // "e": every tile 2 units (padding WGs multiply too)
+  const double spread = argc > 4 ? atof(argv[4]) : 0.05;  // +- this much at random
+  MoeConfig c = preset("deepseek-v3").moe;
+  MoeConfig small = c;
+  small.d_expert = 64;  // the router and bias do not depend on I
+  test::HostWeights w = test::random_weights(small, 20240601);
+  std::vector<std::uint16_t> x = test::random_activations(c, T, 1000 + T);
+  test::Routing r = test::reference_routing(c, x, w.router, T, w.router_bias);
+  const int E = int(c.n_routed_experts), k = int(c.top_k);
+  std::vector<long long> counts(E + 1, 0);
+  for (long long i = 0; i < T * k; ++i) counts[r.ids[i]]++;
+  counts[E] = T;  // the shared expert's chunk: every token
+
+  // The sorted layout: experts' rows padded to 128, routed experts first (Offsets).
+  std::vector<int> padded_offsets(E + 2, 0), block_expert;
+  std::vector<int> block_rows;  // rows with a pair in each row block
+  for (int e = 0; e <= E; ++e) {
+    const long long blocks = (counts[e] + kBlockM - 1) / kBlockM;
+    padded_offsets[e + 1] = padded_offsets[e] + int(blocks * kBlockM);
+    for (long long b = 0; b < blocks; ++b) {
+      block_expert.push_back(e);
+      block_rows.push_back(int(std::min<long long>(kBlockM, counts[e] - b * kBlockM)));
+    }
+  }
+  const int num_blocks = int(block_expert.size());
+  const long long tiles = (long long)num_blocks * kColBlocks;
+  const long long b_chunks_base = (long long)num_blocks * kKSteps;
+  const long long half =
+      std::count_if(block_rows.begin(), block_rows.end(), [](int rows) { return rows <= 64; });
+  std::printf(
+      "T=%lld: %d row blocks (%lld of 64 rows or fewer: one consumer warpgroup), %lld "
+      "tiles, band %d, %s tiles, +-%.0f%%\n",
+      T, num_blocks, half, tiles, band, equal ? "equal" : "half-length 64-row", 100 * spread);
+
+  for (int ctas : {132, 66}) {
+    // Hand the tiles out in order to the CTA that frees first.
+    std::mt19937 rng(7);
+    std::uniform_real_distribution<double> jitter(1.0 - spread, 1.0 + spread);
+    std::priority_queue<std::pair<double, int>, std::vector<std::pair<double, int>>, std::greater<>>
+        free_at;
+    for (int i = 0; i < ctas; ++i) free_at.push({0.0, i});
+    std::vector<Event> events;
+    events.reserve(std::size_t(tiles) * kKSteps * 2);
+    for (long long tile = 0; tile < tiles; ++tile) {
+      const BandTile b = band_tile(int(tile), kColBlocks, band, num_blocks, block_expert.data(),
+                                   padded_offsets.data(), kBlockM);
+      const int rows = block_rows[b.m_block];
+      const double length = (equal || rows > 64 ? 2.0 : 1.0) * jitter(rng);
+      auto [start, cta] = free_at.top();
+      free_at.pop();
+      free_at.push({start + length, cta});
+      for (int s = 0; s < kKSteps; ++s) {
+        const double t = start + length * (s + 0.5) / kKSteps;
+        events.push_back({t, (long long)b.m_block * kKSteps + s, rows * 128.0, false});
+        events.push_back(
+            {t, b_chunks_base + ((long long)b.expert * kColBlocks + b.n_block) * kKSteps + s,
+             kWeightChunk, true});
+      }
+    }
+    std::stable_sort(events.begin(), events.end(),
+                     [](const Event& a, const Event& b) { return a.time < b.time; });
+
+    // LRU stack distance (bytes of other distinct chunks since the last read) of every re-read.
+    Fenwick live(events.size());
+    std::unordered_map<long long, std::size_t> last;
+    last.reserve(events.size() / 4);
+    const std::vector<double> capacities_mb = {10, 20, 25, 30, 40, 50};
+    std::vector<double> miss_x(capacities_mb.size(), 0), miss_w(capacities_mb.size(), 0);
+    double first_x = 0, first_w = 0;
+    for (std::size_t i = 0; i < events.size(); ++i) {
+      const Event& ev = events[i];
+      auto it = last.find(ev.chunk);
+      if (it == last.end()) {
+        (ev.weight ? first_w : first_x) += ev.bytes;
+      } else {
+        const double distance = live.prefix(i) - live.prefix(it->second + 1) + ev.bytes;
+        for (std::size_t j = 0; j < capacities_mb.size(); ++j) {
+          if (distance > capacities_mb[j] * 1e6) (ev.weight ? miss_w[j] : miss_x[j]) += ev.bytes;
+        }
+        live.add(it->second, -ev.bytes);
+      }
+      live.add(i, ev.bytes);
+      last[ev.chunk] = i;
+    }
+    std::printf("%d CTAs: compulsory reads x %.2f GB, weights %.2f GB\n", ctas, first_x / 1e9,
+                first_w / 1e9);
+    for (std::size_t j = 0; j < capacities_mb.size(); ++j) {
+      std::printf("  L2 of %2.0f MB: x re-read %.2f GB, weights re-read %.2f GB, total %.2f GB\n",
+                  capacities_mb[j], miss_x[j] / 1e9, miss_w[j] / 1e9,
+                  (first_x + first_w + miss_x[j] + miss_w[j]) / 1e9);
+    }
+  }
+}
