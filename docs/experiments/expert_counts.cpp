@@ -14,20 +14,14 @@
 #include <algorithm>
 #include <cstdio>
 #include <vector>
-#include "reference.h"
+#include "bench_expert_counts.h"
 #include "rt_moe/presets.h"
 using namespace rt_moe;
 int main(int argc, char** argv) {
   const long long T = argc > 1 ? atoll(argv[1]) : 16384;
   MoeConfig c = preset("deepseek-v3").moe;
-  MoeConfig small = c;
-  small.d_expert = 64;  // the router and bias do not depend on I
-  test::HostWeights w = test::random_weights(small, 20240601);
-  std::vector<std::uint16_t> x = test::random_activations(c, T, 1000 + T);
-  test::Routing r = test::reference_routing(c, x, w.router, T, w.router_bias);
   const int E = int(c.n_routed_experts), k = int(c.top_k);
-  std::vector<long long> counts(E, 0);
-  for (long long i = 0; i < T * k; ++i) counts[r.ids[i]]++;
+  const std::vector<long long> counts = bench_expert_counts(c, T);
   std::vector<long long> sorted = counts;
   std::sort(sorted.begin(), sorted.end());
   std::printf("T=%lld counts: min %lld median %lld p90 %lld max %lld\n", T, sorted[0],

@@ -25,7 +25,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "reference.h"
+#include "bench_expert_counts.h"
 #include "rt_moe/presets.h"
 #include "tile_order.h"
 
@@ -66,15 +66,9 @@ int main(int argc, char** argv) {
       argc > 3 && argv[3][0] == 'e';  // "e": every tile 2 units (padding WGs multiply too)
   const double spread = argc > 4 ? atof(argv[4]) : 0.05;  // +- this much at random
   MoeConfig c = preset("deepseek-v3").moe;
-  MoeConfig small = c;
-  small.d_expert = 64;  // the router and bias do not depend on I
-  test::HostWeights w = test::random_weights(small, 20240601);
-  std::vector<std::uint16_t> x = test::random_activations(c, T, 1000 + T);
-  test::Routing r = test::reference_routing(c, x, w.router, T, w.router_bias);
-  const int E = int(c.n_routed_experts), k = int(c.top_k);
-  std::vector<long long> counts(E + 1, 0);
-  for (long long i = 0; i < T * k; ++i) counts[r.ids[i]]++;
-  counts[E] = T;  // the shared expert's chunk: every token
+  const int E = int(c.n_routed_experts);
+  std::vector<long long> counts = bench_expert_counts(c, T);
+  counts.push_back(T);  // the shared expert's chunk: every token
 
   // The sorted layout: experts' rows padded to 128, routed experts first (Offsets).
   std::vector<int> padded_offsets(E + 2, 0), block_expert;
