@@ -21,7 +21,11 @@
 //     fp32 accumulators in registers (BLOCK_N / 2 per thread). It keeps one wgmma batch in flight
 //     and releases a stage (one arrival per warp on `empty`) once the batch reading it retired.
 //     A warpgroup whose 64 rows are all padding (the tail of an expert's last block) skips its
-//     MMAs and stores.
+//     stores, and in kDown its MMAs. In kGateUp it multiplies its zero rows anyway, so that every
+//     tile lasts as long as a full one: a 64-row block's tile that ran twice as fast drifted ahead
+//     of the other readers of its weight tile, and the weights it read were gone from L2 when they
+//     came (docs/PERF.md 17e, 18a: 3.9 GB fewer DRAM reads at T = 16384, the zero rows' MMAs
+//     nearly free at the power limit).
 // CLUSTER = 2: the two CTAs of a cluster take row blocks 2 j and 2 j + 1 of the same column block
 // (unit j of tile_order.h's order with units of two row blocks); when both belong to one expert,
 // each loads half of the weight tile and multicasts it to both, halving the weight bytes read from
@@ -321,6 +325,8 @@ struct GroupedGemmSm90Ws {
   static constexpr int kBarrierBytes = 2 * STAGES * 8 + 4 * 8 + STAGES * 16 + 2 * 4 + 2 * 4;
   static constexpr int kSmemBytes = STAGES * kStageBytes + kBarrierBytes + 1024;  // + alignment
   static constexpr int kAcc = BLOCK_N / 2;  // fp32 accumulators per consumer thread
+  // Padding warpgroups multiply too (every tile full length) in kGateUp: see the top.
+  static constexpr bool kEvenTiles = MODE == kGateUp;
   // Gathered A rows (kGateUp): 8 chunks of 16 bytes per 128-byte row, 128 producer threads.
   static constexpr int kRowsPerProducer = BLOCK_M * 8 / 128;
   // Register split after setmaxnreg: two consumers 128 x 56 + 256 x 224, three consumers
@@ -533,7 +539,7 @@ struct GroupedGemmSm90Ws {
       int release = -1;
       for (int kt = 0; kt < kTiles; ++kt) {
         if (kt > 0) mbarrier_wait(full + 8 * stage, phase);
-        if (active) {
+        if (active || kEvenTiles) {
           // The gathered rows were written by cp.async (generic proxy); wgmma reads them
           // through the async proxy.
           if (MODE == kGateUp) fence_proxy_async();
