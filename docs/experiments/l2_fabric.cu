@@ -7,17 +7,10 @@
 // crossing the fabric once warm; if not, about half its reads cross it.
 // Build: nvcc -O3 -gencode=arch=compute_90a,code=sm_90a -o l2_fabric l2_fabric.cu
 #include <cuda_runtime.h>
+
 #include <cstdio>
 #include <cstdlib>
-
-#define CHECK(x)                                                                             \
-  do {                                                                                       \
-    cudaError_t e = (x);                                                                     \
-    if (e != cudaSuccess) {                                                                  \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e)); \
-      std::exit(1);                                                                          \
-    }                                                                                        \
-  } while (0)
+#include "cuda_check.h"
 
 __device__ __forceinline__ void fold(int4& acc, int4 v) {
   acc.x ^= v.x;

@@ -17,19 +17,12 @@
 // Build: nvcc -O3 -gencode=arch=compute_90a,code=sm_90a -o l2_local_stream l2_local_stream.cu
 #include <cuda_runtime.h>
 
+#include "cuda_check.h"
+
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
-
-#define CHECK(x)                                                                             \
-  do {                                                                                       \
-    cudaError_t e = (x);                                                                     \
-    if (e != cudaSuccess) {                                                                  \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e)); \
-      std::exit(1);                                                                          \
-    }                                                                                        \
-  } while (0)
 
 constexpr long long kPage = 2ll << 20;
 constexpr int kThreads = 512;

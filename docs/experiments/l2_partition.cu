@@ -20,18 +20,11 @@
 // Build: nvcc -O3 -gencode=arch=compute_90a,code=sm_90a -o l2_partition l2_partition.cu
 #include <cuda_runtime.h>
 
+#include "cuda_check.h"
+
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
-
-#define CHECK(x)                                                                             \
-  do {                                                                                       \
-    cudaError_t e = (x);                                                                     \
-    if (e != cudaSuccess) {                                                                  \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e)); \
-      std::exit(1);                                                                          \
-    }                                                                                        \
-  } while (0)
 
 __device__ __forceinline__ unsigned smid() {
   unsigned id;
