@@ -14,9 +14,9 @@
 //           far swapped).
 // Writes text: "fine OFFSET LAT1 LAT2 smID" (offset in bytes from the buffer's start), "coarse
 // ...", "sm ID FIRST_LINE LAT1[0..255]", and the buffer's device address.
-// Outcome (PERF.md 18c): inconclusive. The second read timed 4 cycles, so the clock after the
-// volatile shared store did not wait for the load; the first read's time measured the write's
-// fence. Redo the timing as a pointer chase before reading anything from it.
+// Outcome (PERF.md 18c): inconclusive. The second read timed 4 cycles: ptxas may have merged
+// the two loads of one address (ld.global.cg is not volatile), or the clock did not wait for the
+// load. Check the SASS and redo the timing as a pointer chase before reading anything from it.
 // Build: nvcc -O3 -gencode=arch=compute_90a,code=sm_90a -o l2_partition l2_partition.cu
 #include <cuda_runtime.h>
 
