@@ -40,7 +40,7 @@ __device__ __forceinline__ unsigned write_then_read(unsigned* p, unsigned value)
   asm volatile("membar.gl;" ::: "memory");
   const unsigned t0 = clock();
   unsigned v;
-  asm volatile("ld.global.cg.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  asm volatile("ld.volatile.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
   sink = v;
   return clock() - t0;
 }

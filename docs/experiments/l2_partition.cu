@@ -4,9 +4,9 @@
 // follows a simple function of its address, a reader could take only lines of its own partition.
 //
 // One thread on one SM writes a line (the write goes to the line's home partition), then times
-// a read of it that bypasses L1 (ld.global.cg): a line homed in the reader's partition is a near
-// L2 hit, one homed in the other crosses the fabric. A second read right after shows whether the
-// reader's partition kept a copy (14b's "shared" pattern: read again, not crossed again).
+// a read of it that bypasses L1 (ld.volatile.global): a line homed in the reader's partition is a
+// near L2 hit, one homed in the other crosses the fabric. A second read right after shows whether
+// the reader's partition kept a copy (14b's "shared" pattern: read again, not crossed again).
 //   fine:   the first 65536 lines of the buffer (8 MiB), one after another;
 //   coarse: 16384 lines 64 KiB apart (1 GiB);
 //   sms:    every SM (one block each, one thread) times 256 lines of `fine` of its own, so that
@@ -14,9 +14,10 @@
 //           far swapped).
 // Writes text: "fine OFFSET LAT1 LAT2 smID" (offset in bytes from the buffer's start), "coarse
 // ...", "sm ID FIRST_LINE LAT1[0..255]", and the buffer's device address.
-// Outcome (PERF.md 18c): inconclusive. The second read timed 4 cycles: ptxas may have merged
-// the two loads of one address (ld.global.cg is not volatile), or the clock did not wait for the
-// load. Check the SASS and redo the timing as a pointer chase before reading anything from it.
+// Outcome (PERF.md 18c): inconclusive. The run of 18c read with ld.global.cg, and the second
+// read timed 4 cycles: ptxas may merge two non-volatile loads of one address, or the clock did not
+// wait. The reads are ld.volatile.global since (not run yet); check the SASS on the device
+// (cuobjdump -sass) before reading anything from the times.
 // Build: nvcc -O3 -gencode=arch=compute_90a,code=sm_90a -o l2_partition l2_partition.cu
 #include <cuda_runtime.h>
 
@@ -47,7 +48,7 @@ __global__ void probe(unsigned* buf, const long long* offsets, int n, unsigned* 
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       t[r] = clock();
-      asm volatile("ld.global.cg.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+      asm volatile("ld.volatile.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
       sink = v;  // waits for v: a warp issues in order, so the clock below reads after it
     }
     t[2] = clock();
