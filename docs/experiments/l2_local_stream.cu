@@ -18,6 +18,7 @@
 #include <cuda_runtime.h>
 
 #include "cuda_check.h"
+#include "l2_probe.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -26,24 +27,6 @@
 
 constexpr long long kPage = 2ll << 20;
 constexpr int kThreads = 512;
-
-__device__ __forceinline__ unsigned smid() {
-  unsigned id;
-  asm volatile("mov.u32 %0, %%smid;" : "=r"(id));
-  return id;
-}
-
-// Cycles of a read right after this thread wrote the line.
-__device__ __forceinline__ unsigned write_then_read(unsigned* p, unsigned value) {
-  __shared__ volatile unsigned sink;
-  asm volatile("st.global.cg.u32 [%0], %1;" ::"l"(p), "r"(value) : "memory");
-  asm volatile("membar.gl;" ::: "memory");
-  const unsigned t0 = clock();
-  unsigned v;
-  asm volatile("ld.volatile.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  sink = v;
-  return clock() - t0;
-}
 
 __device__ __forceinline__ int parity(unsigned long long x) { return __popcll(x) & 1; }
 

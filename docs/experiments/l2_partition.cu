@@ -22,38 +22,22 @@
 #include <cuda_runtime.h>
 
 #include "cuda_check.h"
+#include "l2_probe.h"
 
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
 
-__device__ __forceinline__ unsigned smid() {
-  unsigned id;
-  asm volatile("mov.u32 %0, %%smid;" : "=r"(id));
-  return id;
-}
-
 // Times a write-then-read of each line at offsets[b * n + i] (bytes) by thread 0 of block b, which
 // writes its results at lat[(b * n + i) * 2 + {0, 1}] and its SM at sm[b].
 __global__ void probe(unsigned* buf, const long long* offsets, int n, unsigned* lat, unsigned* sm) {
-  __shared__ volatile unsigned sink;
   if (threadIdx.x != 0) return;
   sm[blockIdx.x] = smid();
   for (int i = 0; i < n; ++i) {
     const long long at = blockIdx.x * (long long)n + i;
     unsigned* p = reinterpret_cast<unsigned*>(reinterpret_cast<char*>(buf) + offsets[at]);
-    asm volatile("st.global.cg.u32 [%0], %1;" ::"l"(p), "r"(i + 1) : "memory");
-    asm volatile("membar.gl;" ::: "memory");
-    unsigned t[3], v;
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      t[r] = clock();
-      asm volatile("ld.volatile.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-      sink = v;  // waits for v: a warp issues in order, so the clock below reads after it
-    }
-    t[2] = clock();
-    lat[at * 2 + 0] = t[1] - t[0];
-    lat[at * 2 + 1] = t[2] - t[1];
+    lat[at * 2 + 0] = write_then_read(p, i + 1);
+    lat[at * 2 + 1] = timed_read(p);
   }
 }
 
