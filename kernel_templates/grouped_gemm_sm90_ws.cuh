@@ -162,6 +162,34 @@ __device__ __forceinline__ void named_barrier_sync() {
   asm volatile("bar.sync %0, %1;" ::"n"(ID), "n"(THREADS) : "memory");
 }
 
+// ---- bulk copies shared -> global (the staged y stores of kDown) ----
+
+// Copies `bytes` (a multiple of 16) from shared memory at `src` to global memory at `dst` (both
+// 16-byte aligned) by the copy engine, in this thread's current bulk group, with an L2 policy.
+__device__ __forceinline__ void bulk_store(void* dst, unsigned src, unsigned bytes,
+                                           unsigned long long policy) {
+  asm volatile(
+      "cp.async.bulk.global.shared::cta.bulk_group.L2::cache_hint [%0], [%1], %2, %3;" ::"l"(dst),
+      "r"(src), "r"(bytes), "l"(policy)
+      : "memory");
+}
+__device__ __forceinline__ void st_shared_f32x2(unsigned addr, float a, float b) {
+  asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(addr), "f"(a), "f"(b) : "memory");
+}
+__device__ __forceinline__ void bulk_commit() {
+  asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+}
+// Waits until this thread's bulk groups, all but the newest N, have read their shared memory
+// (the source may be written again); their writes to global memory may still be in flight.
+template <int N>
+__device__ __forceinline__ void bulk_wait_read() {
+  asm volatile("cp.async.bulk.wait_group.read %0;" ::"n"(N) : "memory");
+}
+// Waits until this thread's bulk groups are complete, their writes done.
+__device__ __forceinline__ void bulk_wait_all() {
+  asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+}
+
 // The next tile of a persistent CTA, in order from `counter`, for the 128 threads of its producer
 // warpgroup (thread `tid` of them; all call it, once per tile, in step). Thread 0 fetches, the
 // others read the tile from shared memory: slots[0..1], two, as a slow thread may still read one
@@ -304,7 +332,7 @@ __device__ __forceinline__ void warpgroup_mma_k64(float* acc, unsigned a_smem, u
 }
 
 template <typename D, int H, int I, int E, int S, int K, int MODE, int CONSUMERS, int BLOCK_N,
-          int STAGES, int CLUSTER>
+          int STAGES, int CLUSTER, bool STAGED_Y = false>
 struct GroupedGemmSm90Ws {
   static constexpr int BLOCK_M = 64 * CONSUMERS;
   static constexpr int BLOCK_K = 64;
@@ -322,8 +350,25 @@ struct GroupedGemmSm90Ws {
   // full and empty barriers; CTA pairs: two tile-ready and two tile-free barriers
   // (next_tile_in_order); the per-stage tile slots (TileSlot), two broadcast slots for the
   // producer, two mailbox slots.
-  static constexpr int kBarrierBytes = 2 * STAGES * 8 + 4 * 8 + STAGES * 16 + 2 * 4 + 2 * 4;
-  static constexpr int kSmemBytes = STAGES * kStageBytes + kBarrierBytes + 1024;  // + alignment
+  static __host__ __device__ constexpr int barrier_bytes(int stages) {
+    return 2 * stages * 8 + 4 * 8 + stages * 16 + 16;
+  }
+  // kDown with STAGED_Y: y leaves through shared memory, by the copy engine (store_staged), from
+  // a staging area of 16 rows a consumer warp, each half a tile's row (BLOCK_N / 2 fp32) and 16
+  // bytes of padding, so that a fragment store's 8 rows start 4 banks apart (2 wavefronts a
+  // 256-byte warp store, the least there is).
+  static constexpr bool kStagedY = MODE == kDown && STAGED_Y;
+  static constexpr int kStagingRowBytes = BLOCK_N / 2 * 4 + 16;
+  static constexpr int kStagingWarpBytes = 16 * kStagingRowBytes;
+  static constexpr int kStagingBytes = kStagedY ? CONSUMERS * 4 * kStagingWarpBytes : 0;
+  // The ring keeps as many of its STAGES stages as fit beside the staging (DeepSeek-V3's 128 x 256
+  // tile: 3 of 4).
+  static constexpr int kFitStages =
+      (kMaxDynamicSmemSm90 - kStagingBytes - barrier_bytes(STAGES) - 1024) / kStageBytes;
+  static constexpr int kStages = kStagedY && kFitStages < STAGES ? kFitStages : STAGES;
+  static constexpr int kBarrierBytes = barrier_bytes(kStages);
+  static constexpr int kSmemBytes =
+      kStages * kStageBytes + kStagingBytes + kBarrierBytes + 1024;  // + alignment
   static constexpr int kAcc = BLOCK_N / 2;  // fp32 accumulators per consumer thread
   // Padding warpgroups multiply too (every tile full length) in kGateUp: see the top.
   static constexpr bool kEvenTiles = MODE == kGateUp;
@@ -340,7 +385,10 @@ struct GroupedGemmSm90Ws {
                 "one wgmma n128, n192 or n256 per k16 step");
   static_assert(CONSUMERS < 3 || BLOCK_N <= 192, "three consumers have 152 registers a thread");
   static_assert(H % BLOCK_K == 0 && I % BLOCK_K == 0, "K tiles must not straddle experts");
-  static_assert(STAGES >= 2, "a ring of at least two stages");
+  static_assert(kStages >= 2, "a ring of at least two stages");
+  // (Unstaged, the host checks the ring's size; the swapped kernel's WeightLoader is no ring.)
+  static_assert(!kStagedY || kSmemBytes <= kMaxDynamicSmemSm90,
+                "the ring and the staging fit an SM");
   static_assert(CLUSTER == 1 || CLUSTER == 2, "pairs of row blocks at most");
   static_assert(kTileABytes % 1024 == 0 && kTileBBytes % 1024 == 0,
                 "tiles start 1024-byte aligned for the 128-byte swizzle");
@@ -489,7 +537,7 @@ struct GroupedGemmSm90Ws {
           }
           mbarrier_arrive_on_cp_async(bar);
         }
-        if (++stage == STAGES) {
+        if (++stage == kStages) {
           stage = 0;
           phase ^= 1;
         }
@@ -499,10 +547,12 @@ struct GroupedGemmSm90Ws {
   }
 
   static __device__ void consume(const GemmTmaParams& p, unsigned smem_base, unsigned full,
-                                 unsigned empty, const TileSlot* tile_slots, int rank) {
+                                 unsigned empty, const TileSlot* tile_slots, unsigned staging,
+                                 int rank) {
     const GemmParams& g = p.gemm;
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
     const int group = warp / 4, warp_in_group = warp % 4;
+    const unsigned long long y_policy = kStagedY ? l2_evict_first_policy() : 0ull;
     int stage = 0;
     unsigned phase = 0;
     float acc[kAcc];
@@ -558,14 +608,67 @@ struct GroupedGemmSm90Ws {
         }
         if (release >= 0) release_stage(release);
         release = stage;
-        if (++stage == STAGES) {
+        if (++stage == kStages) {
           stage = 0;
           phase ^= 1;
         }
       }
       wgmma_wait<0>();
       release_stage(release);
-      if (active) store(g, acc, row, pairs, weights, n_block, lane);
+      if (kStagedY) {
+        if (active) {
+          store_staged(g, acc, pairs, weights, n_block, lane, staging + warp * kStagingWarpBytes,
+                       y_policy);
+        }
+      } else if (active) {
+        store(g, acc, row, pairs, weights, n_block, lane);
+      }
+    }
+    // The staging is read and y written before the block leaves.
+    if (kStagedY) bulk_wait_all();
+  }
+
+  // kDown with STAGED_Y: the 16 rows of this warp (a lane's `row` and `row` + 8 of store()) go
+  // to its staging area, times their routing weights, half a tile's columns at a time; lanes
+  // 0-15 then copy one row each (lane l: the warp's row l) to y at its pair's row, 512 bytes
+  // for the 128 x 256 tile, by the copy engine, evict-first in L2 as store()'s __stcs. Before a
+  // half is written, the copies of the half before (this tile's first, or the previous tile's
+  // second) must have read the staging; the second half's writes to y overlap the next tile's
+  // MMAs. (store() leaves its y through the LSU, 8 rows of 32 bytes a warp store, and the
+  // epilogue waits there: docs/PERF.md 18d.)
+  static __device__ __forceinline__ void store_staged(const GemmParams& g, const float* acc,
+                                                      const int (&pairs)[2],
+                                                      const float (&weights)[2], int n_block,
+                                                      int lane, unsigned staging,
+                                                      unsigned long long policy) {
+    constexpr int kHalf = BLOCK_N / 2;
+    const int from = (lane % 8) * 4;  // a lane of the quad that holds row `lane` % 8 (+ 8)
+    const int pair0 = __shfl_sync(0xffffffffu, pairs[0], from);
+    const int pair1 = __shfl_sync(0xffffffffu, pairs[1], from);
+    const int pair = lane < 8 ? pair0 : lane < 16 ? pair1 : -1;
+    const unsigned fragment = staging + (lane / 4) * kStagingRowBytes + (lane % 4) * 8;
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int col = n_block * BLOCK_N + half * kHalf;
+      const int bytes = (H - col < kHalf ? H - col : kHalf) * 4;  // <= 0: past H, nothing
+      bulk_wait_read<0>();
+      __syncwarp();
+      if (bytes > 0) {
+#pragma unroll
+        for (int j = 0; j < kHalf / 8; ++j) {
+          const int a = 4 * (j + half * (kHalf / 8));
+          st_shared_f32x2(fragment + j * 32, acc[a] * weights[0], acc[a + 1] * weights[0]);
+          st_shared_f32x2(fragment + 8 * kStagingRowBytes + j * 32, acc[a + 2] * weights[1],
+                          acc[a + 3] * weights[1]);
+        }
+        fence_proxy_async();  // these writes, before the copy engine's reads
+      }
+      __syncwarp();
+      if (pair >= 0 && bytes > 0) {
+        bulk_store(reinterpret_cast<float*>(g.out) + (long long)pair * H + col,
+                   staging + lane * kStagingRowBytes, unsigned(bytes), policy);
+        bulk_commit();
+      }
     }
   }
 
@@ -624,14 +727,15 @@ struct GroupedGemmSm90Ws {
     grid_dependency_wait();
     extern __shared__ __align__(1024) unsigned char smem[];
     const unsigned smem_base = (smem_address(smem) + 1023u) & ~1023u;
-    const unsigned full = smem_base + STAGES * kStageBytes;
-    const unsigned empty = full + 8 * STAGES;
-    const unsigned tile_ready = empty + 8 * STAGES;  // then tile_free, 2 x 8 bytes each
+    const unsigned staging = smem_base + kStages * kStageBytes;  // kStagedY
+    const unsigned full = staging + kStagingBytes;
+    const unsigned empty = full + 8 * kStages;
+    const unsigned tile_ready = empty + 8 * kStages;  // then tile_free, 2 x 8 bytes each
     TileSlot* tile_slots =
         reinterpret_cast<TileSlot*>(smem + (tile_ready + 4 * 8 - smem_address(smem)));
-    int* broadcast = reinterpret_cast<int*>(tile_slots + STAGES);  // then the mailbox, 2 ints each
+    int* broadcast = reinterpret_cast<int*>(tile_slots + kStages);  // then the mailbox, 2 ints each
     if (threadIdx.x == 0) {
-      for (int s = 0; s < STAGES; ++s) {
+      for (int s = 0; s < kStages; ++s) {
         mbarrier_init(full + 8 * s, MODE == kGateUp ? 128 + 1 : 1);
         mbarrier_init(empty + 8 * s, CLUSTER * CONSUMERS * 4);
       }
@@ -653,7 +757,7 @@ struct GroupedGemmSm90Ws {
               rank);
     } else {
       if (CONSUMERS >= 2) warpgroup_registers_inc<kConsumerRegs>();
-      consume(p, smem_base, full, empty, tile_slots, rank);
+      consume(p, smem_base, full, empty, tile_slots, staging, rank);
     }
     // Neither CTA leaves while the other may still write its shared memory or arrive on its
     // barriers.

@@ -26,6 +26,10 @@ struct RouterParams {
 // the H200: the scatter's 131 K adds onto 256 packed counters took 37.7 us, 18.3 one a line).
 inline constexpr int kCounterStride = 32;
 
+// The dynamic shared memory an sm_90 block may opt in to (227 KB): what the ring and staging of
+// grouped_gemm_sm90_ws.cuh are sized against, on the device and in the host's tile filter.
+inline constexpr int kMaxDynamicSmemSm90 = 227 * 1024;
+
 struct TopkParams {
   const float* logits;  // (logit_splits, T, E)
   const float* bias;    // (E) correction bias, added to the scores for selection only; null

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 
+#include "params.h"
+
 namespace rt_moe {
 namespace {
 
@@ -19,8 +21,8 @@ std::string GemmTile::describe() const {
   }
   if (swap) return fmt::format("sm90swap {}x{}x{} s{}", block_m, block_n, block_k, stages);
   if (sm == 90 && ws) {
-    return fmt::format("sm90ws {}x{}x{} wg{} s{}{}", block_m, block_n, block_k, warps_m, stages,
-                       cluster == 2 ? " c2" : "");
+    return fmt::format("sm90ws {}x{}x{} wg{} s{}{}{}", block_m, block_n, block_k, warps_m, stages,
+                       cluster == 2 ? " c2" : "", staged_y ? " sy" : "");
   }
   if (sm == 90) {
     return fmt::format("sm90 {}x{}x{} wg{}x{} s{}{}", block_m, block_n, block_k, warps_m, warps_n,
@@ -79,6 +81,12 @@ GemmTile swap_tile(int tokens, int stages) {
   return t;
 }
 
+// `t` with the down GEMM's y stores staged in shared memory (GemmTile::staged_y).
+GemmTile staged_y(GemmTile t) {
+  t.staged_y = true;
+  return t;
+}
+
 }  // namespace
 
 int tile_smem_bytes(const GemmTile& t) {
@@ -87,7 +95,19 @@ int tile_smem_bytes(const GemmTile& t) {
   // + barriers and tile slots, each token row's pair and weight, alignment slack
   if (t.swap) return ring + t.stages * 20 + 8 + t.block_m * 8 + 1024;
   // + full/empty barriers, the pairs' tile-ready/free barriers, tile and broadcast slots, slack
-  if (t.ws) return ring + 2 * t.stages * 8 + 4 * 8 + t.stages * 16 + 16 + 1024;
+  const auto ws_bytes = [&](int stages, int staging) {
+    return stages * (t.block_m + t.block_n) * t.block_k * 2 + staging + 2 * stages * 8 + 4 * 8 +
+           stages * 16 + 16 + 1024;
+  };
+  if (t.ws && t.staged_y) {
+    // The down GEMM: 16 rows of half a tile's fp32 columns (+ 16 bytes) a consumer warp, and as
+    // many stages as fit beside them (the kernel's kStages); the gate/up GEMM as without.
+    const int staging = t.warps_m * 4 * 16 * (t.block_n / 2 * 4 + 16);
+    int down_stages = t.stages;
+    while (down_stages > 2 && ws_bytes(down_stages, staging) > kMaxDynamicSmemSm90) --down_stages;
+    return std::max(ws_bytes(t.stages, 0), ws_bytes(down_stages, staging));
+  }
+  if (t.ws) return ws_bytes(t.stages, 0);
   return t.sm == 90 ? ring + 1024 : ring;  // sm90: slack to align tiles to 1024 bytes
 }
 
@@ -119,6 +139,10 @@ std::vector<GemmTile> candidate_tiles(const MoeConfig& c, long long max_tokens,
                                {192, 128, 64, 3, 1, 5, 90, true},
                                {128, 128, 64, 2, 1, 6, 90, true, 2},
                                {128, 256, 64, 2, 1, 4, 90, true, 2},
+                               // y through shared memory by the copy engine in the down GEMM.
+                               staged_y({128, 256, 64, 2, 1, 4, 90, true}),
+                               staged_y({128, 256, 64, 2, 1, 4, 90, true, 2}),
+                               staged_y({192, 192, 64, 3, 1, 4, 90, true}),
                                // Tokens as the MMA's N: an expert of up to 128-160 rows is one
                                // block, its MMAs as wide as its rows rounded up to 16.
                                swap_tile(128, 4),
@@ -341,10 +365,10 @@ KernelSpec gemm_spec(const MoeConfig& c, GemmStage stage, const GemmTile& t) {
   if (t.sm == 90 && t.ws) {
     KernelSpec spec{
         "grouped_gemm_sm90_ws", "grouped_gemm_sm90_ws.cuh",
-        fmt::format("rt_moe::GroupedGemmSm90Ws<{}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}>",
+        fmt::format("rt_moe::GroupedGemmSm90Ws<{}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}>",
                     dtype_tag(c.dtype), c.d_hidden, c.d_expert, c.n_routed_experts,
                     c.n_shared_experts, c.top_k, mode_tag(stage), t.warps_m, t.block_n, t.stages,
-                    t.cluster),
+                    t.cluster, stage == GemmStage::kDown && t.staged_y),
         "rt_moe::GemmTmaParams"};
     spec.min_blocks = 1;
     return spec;

@@ -246,17 +246,18 @@ TEST_CASE("NaN or Inf in one token's input stays in that token's output row", "[
 TEST_CASE("every TMA warp-specialized tile matches the reference (S = 0 and 2, bf16 and fp16)",
           "[forward]") {
   // Pinned tiles (RuntimeOptions::tile): each variant of grouped_gemm_sm90_ws.cuh and
-  // grouped_gemm_sm90_swap.cuh on its own,
-  // with 1, 2 and 3 consumer warpgroups, n128, n192 and n256, 3 to 6 stages, alone and in CTA
-  // pairs (H = 1024 and I = 512 are no multiples of the n192 tiles' 192 and 96 columns); T =
-  // 1000 gives ~333 rows per expert (several row blocks, partial last blocks, all-padding
+  // grouped_gemm_sm90_swap.cuh on its own, with 1, 2 and 3 consumer warpgroups, n128, n192 and
+  // n256, 3 to 6 stages, alone and in CTA pairs, y stored from registers and through shared
+  // memory ("sy") (H = 1024 and I = 512 are no multiples of the n192 tiles' 192 and 96 columns); T
+  // = 1000 gives ~333 rows per expert (several row blocks, partial last blocks, all-padding
   // warpgroups), T = 70 ~23.
   const char* tiles[] = {
-      "sm90ws 64x256x64 wg1 s5",  "sm90ws 128x128x64 wg2 s6",    "sm90ws 128x256x64 wg2 s3",
-      "sm90ws 128x256x64 wg2 s4", "sm90ws 128x128x64 wg2 s6 c2", "sm90ws 128x256x64 wg2 s4 c2",
-      "sm90ws 192x192x64 wg3 s4", "sm90ws 192x128x64 wg3 s5",    "sm90swap 128x256x64 s4",
-      "sm90swap 144x256x64 s4",   "sm90swap 160x256x64 s4",      "sm90swap 32x256x64 s6",
-      "sm90swap 64x256x64 s5"};
+      "sm90ws 64x256x64 wg1 s5",    "sm90ws 128x128x64 wg2 s6",    "sm90ws 128x256x64 wg2 s3",
+      "sm90ws 128x256x64 wg2 s4",   "sm90ws 128x128x64 wg2 s6 c2", "sm90ws 128x256x64 wg2 s4 c2",
+      "sm90ws 192x192x64 wg3 s4",   "sm90ws 192x128x64 wg3 s5",    "sm90swap 128x256x64 s4",
+      "sm90swap 144x256x64 s4",     "sm90swap 160x256x64 s4",      "sm90swap 32x256x64 s6",
+      "sm90swap 64x256x64 s5",      "sm90ws 128x256x64 wg2 s4 sy", "sm90ws 128x256x64 wg2 s4 c2 sy",
+      "sm90ws 192x192x64 wg3 s4 sy"};
   for (std::int64_t shared : {0, 2}) {
     for (int d = 0; d < 2; ++d) {
       for (const char* tile : tiles) {
@@ -269,7 +270,8 @@ TEST_CASE("every TMA warp-specialized tile matches the reference (S = 0 and 2, b
         f.check(1000, 700 + shared, tile);
         CHECK(f.moe.describe(1000).find(std::string(tile) + ",") != std::string::npos);
         if (std::string(tile).find("64x256") != std::string::npos) f.check(70, 710, tile);
-        if (std::string(tile).find("sm90swap") != std::string::npos) {
+        if (std::string(tile).find("sm90swap") != std::string::npos ||
+            std::string(tile).find(" sy") != std::string::npos) {
           // H = 1216 and I = 576: the last column blocks of both GEMMs are partial (1216 =
           // 4 x 256 + 192, 576 = 4 x 128 + 64).
           Fixture odd(make_config(1216, 576, 16, shared, 4, dtype_of(d)), 91 + shared + d, options);
