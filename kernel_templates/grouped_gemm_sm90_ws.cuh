@@ -38,7 +38,8 @@
 //
 // Modes: kGateUp (B = 64 x (BLOCK_N / 2) gate rows then as many up rows of the same columns, so a
 // thread holds g and u of each of its columns; h = SiLU(g) * u, BLOCK_N / 2 columns per tile) and
-// kDown (B = BLOCK_N rows of down; fp32 y scaled by the routing weight, written at the pair's row).
+// kDown (B = BLOCK_N rows of down; fp32 y scaled by the routing weight, written at the pair's row:
+// from registers, or with STAGED_Y through shared memory by the copy engine, store_staged).
 // Needs H and I multiples of 64 (the host picks this path only then): a K tile never straddles two
 // experts' columns of the shared expert's down matrix.
 #pragma once
