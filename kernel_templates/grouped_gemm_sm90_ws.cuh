@@ -163,7 +163,11 @@ __device__ __forceinline__ void named_barrier_sync() {
   asm volatile("bar.sync %0, %1;" ::"n"(ID), "n"(THREADS) : "memory");
 }
 
-// ---- bulk copies shared -> global (the staged y stores of kDown) ----
+// ---- the staged y stores of kDown: shared memory, then bulk copies shared -> global ----
+
+__device__ __forceinline__ void st_shared_f32x2(unsigned addr, float a, float b) {
+  asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(addr), "f"(a), "f"(b) : "memory");
+}
 
 // Copies `bytes` (a multiple of 16) from shared memory at `src` to global memory at `dst` (both
 // 16-byte aligned) by the copy engine, in this thread's current bulk group, with an L2 policy.
@@ -173,9 +177,6 @@ __device__ __forceinline__ void bulk_store(void* dst, unsigned src, unsigned byt
       "cp.async.bulk.global.shared::cta.bulk_group.L2::cache_hint [%0], [%1], %2, %3;" ::"l"(dst),
       "r"(src), "r"(bytes), "l"(policy)
       : "memory");
-}
-__device__ __forceinline__ void st_shared_f32x2(unsigned addr, float a, float b) {
-  asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(addr), "f"(a), "f"(b) : "memory");
 }
 __device__ __forceinline__ void bulk_commit() {
   asm volatile("cp.async.bulk.commit_group;" ::: "memory");
@@ -616,13 +617,13 @@ struct GroupedGemmSm90Ws {
       }
       wgmma_wait<0>();
       release_stage(release);
-      if (kStagedY) {
-        if (active) {
+      if (active) {
+        if constexpr (kStagedY) {
           store_staged(g, acc, pairs, weights, n_block, lane, staging + warp * kStagingWarpBytes,
                        y_policy);
+        } else {
+          store(g, acc, row, pairs, weights, n_block, lane);
         }
-      } else if (active) {
-        store(g, acc, row, pairs, weights, n_block, lane);
       }
     }
     // The staging is read and y written before the block leaves.

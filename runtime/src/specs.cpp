@@ -101,11 +101,12 @@ int tile_smem_bytes(const GemmTile& t) {
   };
   if (t.ws && t.staged_y) {
     // The down GEMM: 16 rows of half a tile's fp32 columns (+ 16 bytes) a consumer warp, and as
-    // many stages as fit beside them (the kernel's kStages); the gate/up GEMM as without.
+    // many stages as fit beside them, counted as the kernel's kFitStages; the gate/up GEMM as
+    // without.
     const int staging = t.warps_m * 4 * 16 * (t.block_n / 2 * 4 + 16);
-    int down_stages = t.stages;
-    while (down_stages > 2 && ws_bytes(down_stages, staging) > kMaxDynamicSmemSm90) --down_stages;
-    return std::max(ws_bytes(t.stages, 0), ws_bytes(down_stages, staging));
+    const int beside_ring = ws_bytes(t.stages, staging) - ring;  // staging, barriers, slack
+    const int fit = (kMaxDynamicSmemSm90 - beside_ring) / ((t.block_m + t.block_n) * t.block_k * 2);
+    return std::max(ws_bytes(t.stages, 0), ws_bytes(std::min(t.stages, fit), staging));
   }
   if (t.ws) return ws_bytes(t.stages, 0);
   return t.sm == 90 ? ring + 1024 : ring;  // sm90: slack to align tiles to 1024 bytes
