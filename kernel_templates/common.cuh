@@ -66,6 +66,41 @@ struct DTypeOps<BF16> {
   }
 };
 
+// The element of y (T, k + S, H), each expert's output times its routing weight, that the down
+// GEMMs write and the combine sums (MoeConfig::y_dtype): fp32 (Y = float), or fp16 of y * 2^-8
+// (Y = F16): 11 significant bits, magnitudes up to 65504 * 2^8 (~1.7e7; past that inf, which the
+// combine turns into an inf output), and below 2^-6, where fp16 is subnormal, an absolute step
+// of 2^-16. (bf16, 8 bits, costs up to half an ulp of the largest slot, 0.0078 for a slot in
+// [2, 4): past the 1e-2 accuracy rule's atol where the slots cancel.) The down GEMMs multiply
+// by scaled(weight) and the combine by kUnscale, both exact (powers of two). Pair: two
+// consecutive elements (an even column and the next), Elem: one.
+template <typename Y>
+struct YOps;
+
+template <>
+struct YOps<float> {
+  using Pair = float2;
+  using Elem = float;
+  static constexpr int kBytes = 4;
+  static constexpr float kUnscale = 1.f;
+  static __device__ __forceinline__ float scaled(float weight) { return weight; }
+  static __device__ __forceinline__ Pair pack(float a, float b) { return make_float2(a, b); }
+  static __device__ __forceinline__ Elem pack1(float a) { return a; }
+};
+
+template <>
+struct YOps<F16> {
+  using Pair = unsigned;
+  using Elem = unsigned short;
+  static constexpr int kBytes = 2;
+  static constexpr float kUnscale = 256.f;
+  static __device__ __forceinline__ float scaled(float weight) { return weight * (1.f / 256.f); }
+  static __device__ __forceinline__ Pair pack(float a, float b) {
+    return DTypeOps<F16>::pack2(a, b);
+  }
+  static __device__ __forceinline__ Elem pack1(float a) { return DTypeOps<F16>::from_float(a); }
+};
+
 // A 16-byte vector of 8 elements, as loaded and stored by every kernel.
 struct alignas(16) Vec8 {
   unsigned w[4];

@@ -34,10 +34,10 @@
 namespace rt_moe {
 
 template <typename D, int H, int I, int E, int S, int K, int BLOCK_N, int WARPS_N, int STAGES,
-          bool SHARED_DOWN_LAST, int DOWN_PARTS>
+          bool SHARED_DOWN_LAST, int DOWN_PARTS, typename Y = float>
 struct GroupedGemmDecode {
   using GateUp = GroupedGemmSm80<D, H, I, E, S, K, kGateUp, 16, BLOCK_N, 64, 1, WARPS_N, STAGES>;
-  using Down = GroupedGemmSm80<D, H, I, E, S, K, kDown, 16, BLOCK_N, 64, 1, WARPS_N, STAGES>;
+  using Down = GroupedGemmSm80<D, H, I, E, S, K, kDown, 16, BLOCK_N, 64, 1, WARPS_N, STAGES, Y>;
   static constexpr int kThreads = GateUp::kThreads;
   static constexpr int kSmemBytes =
       GateUp::kSmemBytes > Down::kSmemBytes ? GateUp::kSmemBytes : Down::kSmemBytes;
@@ -46,6 +46,7 @@ struct GroupedGemmDecode {
   static constexpr int kSlots = K + S;
   static_assert(GateUp::kThreads == Down::kThreads, "one block size for both GEMMs");
   static_assert(DOWN_PARTS == 1 || DOWN_PARTS == 2, "down tiles whole or in two K halves");
+  static_assert(DOWN_PARTS == 1 || YOps<Y>::kBytes == 4, "K halves add into fp32 y (atomics)");
 
   static __device__ __forceinline__ int load_acquire(const int* p) {
     int v;
@@ -77,7 +78,7 @@ struct GroupedGemmDecode {
       }
       __syncthreads();
     }
-    if (ZERO_Y) zero_y(*down, m, n);
+    if constexpr (ZERO_Y) zero_y(*down, m, n);
     Gemm::template tile<PARTS>(g, m, n, smem, part);
     if (GATE_UP) {
       __threadfence();  // this thread's h (and y) stores, before the count below

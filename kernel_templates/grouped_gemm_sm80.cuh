@@ -12,9 +12,10 @@
 //     columns, so the epilogue has g and u of one column in one thread and writes
 //     h = SiLU(g) * u, BLOCK_N / 2 columns per block.
 //   kDown: A = h rows (sorted order), B = the expert's down rows; the epilogue scales by the pair's
-//     routing weight (1 for shared chunks) and writes y in fp32 at the pair's row
-//     (t * (k + S) + slot). fp32, because a dtype y costs up to one ulp of the largest slot in the
-//     combine's sum: more than the 1e-2 accuracy rule allows for bf16 outputs near cancellation.
+//     routing weight (1 for shared chunks) and writes y at the pair's row (t * (k + S) + slot),
+//     in fp32 or as scaled fp16 (Y: YOps in common.cuh). Not bf16: a bf16 y costs up to half an
+//     ulp of the largest slot in the combine's sum, more than the 1e-2 accuracy rule allows for
+//     outputs near cancellation.
 //   kRouter: the gating GEMM as a plain dense GEMM (the tensor-core path from 32 tokens): A = x
 //     rows 0..T-1, B = the router's E rows, the epilogue writes fp32 logits, rounded to the dtype
 //     when p.round_logits. With gridDim.z > 1, block z takes part z of the K tiles and writes its
@@ -29,7 +30,7 @@
 namespace rt_moe {
 
 template <typename D, int H, int I, int E, int S, int K, int MODE, int BLOCK_M, int BLOCK_N,
-          int BLOCK_K, int WARPS_M, int WARPS_N, int STAGES>
+          int BLOCK_K, int WARPS_M, int WARPS_N, int STAGES, typename Y = float>
 struct GroupedGemmSm80 {
   static constexpr int kThreads = WARPS_M * WARPS_N * 32;
   static constexpr int kSlots = K + S;
@@ -92,6 +93,7 @@ struct GroupedGemmSm80 {
   static __device__ void tile(const GemmParams& p, int block_m, int n_block, unsigned char* smem,
                               int part = 0) {
     static_assert(PARTS == 1 || (PARTS == 2 && MODE == kDown), "down's K halves only");
+    static_assert(PARTS == 1 || YOps<Y>::kBytes == 4, "K halves add into fp32 y (atomics)");
     const int m0 = block_m * BLOCK_M;
     if (MODE == kRouter ? m0 >= p.tokens : block_m >= *p.num_blocks) return;
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
@@ -165,7 +167,7 @@ struct GroupedGemmSm80 {
     // Epilogue. Fragment element v of acc[mi][ni]: row lane / 4 (+ 8 for v >= 2), column
     // (lane % 4) * 2 + (v & 1).
     unsigned* out = reinterpret_cast<unsigned*>(p.out);
-    float2* y = reinterpret_cast<float2*>(p.out);
+    typename YOps<Y>::Pair* y = reinterpret_cast<typename YOps<Y>::Pair*>(p.out);
 #pragma unroll
     for (int mi = 0; mi < kFragsM; ++mi) {
 #pragma unroll
@@ -201,7 +203,7 @@ struct GroupedGemmSm80 {
         } else {
           const int pair = p.sorted_rows[row];
           if (pair >= 0 && pair / kSlots < p.tokens) {
-            const float weight = pair_weight<K, kSlots>(p, pair);
+            const float weight = YOps<Y>::scaled(pair_weight<K, kSlots>(p, pair));
 #pragma unroll
             for (int ni = 0; ni < kFragsN; ++ni) {
               const int col = n_block * BLOCK_N + warp_n * kWarpN + ni * 8 + (lane % 4) * 2;
@@ -209,7 +211,7 @@ struct GroupedGemmSm80 {
                 const float y0 = acc[mi][ni][half * 2] * weight;
                 const float y1 = acc[mi][ni][half * 2 + 1] * weight;
                 if (PARTS == 1) {
-                  y[((long long)pair * H + col) / 2] = make_float2(y0, y1);
+                  y[((long long)pair * H + col) / 2] = YOps<Y>::pack(y0, y1);
                 } else {
                   float* at = reinterpret_cast<float*>(p.out) + (long long)pair * H + col;
                   atomicAdd(at, y0);

@@ -98,7 +98,7 @@ __device__ __forceinline__ unsigned long long smem_descriptor(unsigned address) 
 }
 
 template <typename D, int H, int I, int E, int S, int K, int MODE, int WG_M, int WG_N, int BLOCK_N,
-          int STAGES>
+          int STAGES, typename Y = float>
 struct GroupedGemmSm90 {
   static constexpr int BLOCK_M = 64 * WG_M;
   static constexpr int BLOCK_K = 64;
@@ -186,7 +186,7 @@ struct GroupedGemmSm90 {
     // Epilogue. acc[4 j + v]: row 16 * warp_in_group + lane / 4 (+ 8 for v >= 2) of the
     // warpgroup's 64, column 8 j + 2 (lane % 4) + (v & 1) of the warpgroup's slice.
     unsigned* out = reinterpret_cast<unsigned*>(p.out);
-    float2* y = reinterpret_cast<float2*>(p.out);
+    typename YOps<Y>::Pair* y = reinterpret_cast<typename YOps<Y>::Pair*>(p.out);
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const int row = m0 + wg_m * 64 + warp_in_group * 16 + lane / 4 + half * 8;
@@ -224,13 +224,13 @@ struct GroupedGemmSm90 {
       } else {
         const int pair = p.sorted_rows[row];
         if (pair >= 0) {
-          const float weight = pair_weight<K, kSlots>(p, pair);
+          const float weight = YOps<Y>::scaled(pair_weight<K, kSlots>(p, pair));
 #pragma unroll
           for (int j = 0; j < kSlice / 8; ++j) {
             const int col = blockIdx.y * BLOCK_N + wg_n * kSlice + j * 8 + (lane % 4) * 2;
             if (col < H) {
-              y[((long long)pair * H + col) / 2] =
-                  make_float2(acc[4 * j + half * 2] * weight, acc[4 * j + half * 2 + 1] * weight);
+              y[((long long)pair * H + col) / 2] = YOps<Y>::pack(acc[4 * j + half * 2] * weight,
+                                                                 acc[4 * j + half * 2 + 1] * weight);
             }
           }
         }

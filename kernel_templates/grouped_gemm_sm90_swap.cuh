@@ -18,7 +18,8 @@
 //       kDown:   down rows [128 c, 128 c + 128), 256 columns a tile, y scaled by the routing
 //       weight.
 //   - the accumulators are (weight row, token): a lane holds two tokens of one column; one shuffle
-//     with the lane of the next column makes the stores two columns wide (h: 4 bytes, y: 8 bytes).
+//     with the lane of the next column makes the stores two columns wide (h: 4 bytes, y: 8 bytes
+//     fp32 or 4 bytes fp16, Y: YOps).
 // Padding token rows are zero in the ring, so their h rows are written as zeros (inside the
 // expert's padded range); kDown skips them.
 #pragma once
@@ -110,7 +111,8 @@ RT_MOE_WGMMA_TOKENS(160, "80", "81", "82", RT_MOE_L160, RT_MOE_O160)
 #undef RT_MOE_WGMMA_TOKENS
 #undef RT_MOE_WGMMA_TOKENS_TYPE
 
-template <typename D, int H, int I, int E, int S, int K, int MODE, int TOKENS, int STAGES>
+template <typename D, int H, int I, int E, int S, int K, int MODE, int TOKENS, int STAGES,
+          typename Y = float>
 struct GroupedGemmSm90Swap {
   static constexpr int BLOCK_M = TOKENS;  // token rows a block: the dispatch's padding
   static constexpr int BLOCK_N = 256;     // weight rows a tile
@@ -246,7 +248,7 @@ struct GroupedGemmSm90Swap {
         for (int r = tid; r < TOKENS; r += 128 * CONSUMERS) {
           const int pair = g.sorted_rows[m0 + r];
           tile_pairs[r] = pair;
-          tile_weights[r] = pair >= 0 ? pair_weight<K, kSlots>(g, pair) : 0.f;
+          tile_weights[r] = pair >= 0 ? YOps<Y>::scaled(pair_weight<K, kSlots>(g, pair)) : 0.f;
         }
       }
       int release = -1;
@@ -348,10 +350,11 @@ struct GroupedGemmSm90Swap {
     const float other = __shfl_xor_sync(0xffffffffu, odd ? a : b, 4);
     // Streaming (evict-first): y is read once, by the combine.
     if (pair >= 0 && col < H) {
-      const float2 value =
-          odd ? make_float2(other * weight, b * weight) : make_float2(a * weight, other * weight);
+      const typename YOps<Y>::Pair value = odd ? YOps<Y>::pack(other * weight, b * weight)
+                                               : YOps<Y>::pack(a * weight, other * weight);
       // (col is even and H a multiple of 64: no 64-bit signed halving)
-      __stcs(&reinterpret_cast<float2*>(g.out)[(long long)pair * (H / 2) + (unsigned(col) >> 1)],
+      __stcs(&reinterpret_cast<typename YOps<Y>::Pair*>(
+                 g.out)[(long long)pair * (H / 2) + (unsigned(col) >> 1)],
              value);
     }
   }

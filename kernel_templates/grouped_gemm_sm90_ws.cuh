@@ -38,8 +38,9 @@
 //
 // Modes: kGateUp (B = 64 x (BLOCK_N / 2) gate rows then as many up rows of the same columns, so a
 // thread holds g and u of each of its columns; h = SiLU(g) * u, BLOCK_N / 2 columns per tile) and
-// kDown (B = BLOCK_N rows of down; fp32 y scaled by the routing weight, written at the pair's row:
-// from registers, or with STAGED_Y through shared memory by the copy engine, store_staged).
+// kDown (B = BLOCK_N rows of down; y (fp32 or fp16, Y: YOps) scaled by the routing weight, written
+// at the pair's row: from registers, or with STAGED_Y through shared memory by the copy engine,
+// store_staged).
 // Needs H and I multiples of 64 (the host picks this path only then): a K tile never straddles two
 // experts' columns of the shared expert's down matrix.
 #pragma once
@@ -167,6 +168,18 @@ __device__ __forceinline__ void named_barrier_sync() {
 
 __device__ __forceinline__ void st_shared_f32x2(unsigned addr, float a, float b) {
   asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(addr), "f"(a), "f"(b) : "memory");
+}
+__device__ __forceinline__ void st_shared_b32(unsigned addr, unsigned v) {
+  asm volatile("st.shared.b32 [%0], %1;" ::"r"(addr), "r"(v) : "memory");
+}
+// Two consecutive elements of y (YOps<Y>::Pair) to shared memory.
+template <typename Y>
+__device__ __forceinline__ void st_shared_y2(unsigned addr, float a, float b) {
+  if constexpr (YOps<Y>::kBytes == 4) {
+    st_shared_f32x2(addr, a, b);
+  } else {
+    st_shared_b32(addr, YOps<Y>::pack(a, b));
+  }
 }
 
 // Copies `bytes` (a multiple of 16) from shared memory at `src` to global memory at `dst` (both
@@ -334,7 +347,7 @@ __device__ __forceinline__ void warpgroup_mma_k64(float* acc, unsigned a_smem, u
 }
 
 template <typename D, int H, int I, int E, int S, int K, int MODE, int CONSUMERS, int BLOCK_N,
-          int STAGES, int CLUSTER, bool STAGED_Y = false>
+          int STAGES, int CLUSTER, bool STAGED_Y = false, typename Y = float>
 struct GroupedGemmSm90Ws {
   static constexpr int BLOCK_M = 64 * CONSUMERS;
   static constexpr int BLOCK_K = 64;
@@ -356,11 +369,12 @@ struct GroupedGemmSm90Ws {
     return 2 * stages * 8 + 4 * 8 + stages * 16 + 16;
   }
   // kDown with STAGED_Y: y leaves through shared memory, by the copy engine (store_staged), from
-  // a staging area of 16 rows a consumer warp, each half a tile's row (BLOCK_N / 2 fp32) and 16
-  // bytes of padding, so that a fragment store's 8 rows start 4 banks apart (2 wavefronts a
-  // 256-byte warp store, the least there is).
+  // a staging area of 16 rows a consumer warp, each half a tile's row (BLOCK_N / 2 elements of Y)
+  // and 16 bytes of padding, so that a fragment store's 8 rows start 4 banks apart (fp32: 2
+  // wavefronts a 256-byte warp store, fp16: 1 a 128-byte store, the least there is).
   static constexpr bool kStagedY = MODE == kDown && STAGED_Y;
-  static constexpr int kStagingRowBytes = BLOCK_N / 2 * 4 + 16;
+  static constexpr int kYBytes = YOps<Y>::kBytes;
+  static constexpr int kStagingRowBytes = BLOCK_N / 2 * kYBytes + 16;
   static constexpr int kStagingWarpBytes = 16 * kStagingRowBytes;
   static constexpr int kStagingBytes = kStagedY ? CONSUMERS * 4 * kStagingWarpBytes : 0;
   // The ring keeps as many of its STAGES stages as fit beside the staging (DeepSeek-V3's 128 x 256
@@ -604,7 +618,7 @@ struct GroupedGemmSm90Ws {
           if (MODE == kDown && kt == (kTiles > 1 ? 1 : 0)) {
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
-              if (pairs[h] >= 0) weights[h] = pair_weight<K, kSlots>(g, pairs[h]);
+              if (pairs[h] >= 0) weights[h] = YOps<Y>::scaled(pair_weight<K, kSlots>(g, pairs[h]));
             }
           }
         }
@@ -633,7 +647,7 @@ struct GroupedGemmSm90Ws {
   // kDown with STAGED_Y: the 16 rows of this warp (a lane's `row` and `row` + 8 of store()) go
   // to its staging area, times their routing weights, half a tile's columns at a time; lanes
   // 0-15 then copy one row each (lane l: the warp's row l) to y at its pair's row, 512 bytes
-  // for the 128 x 256 tile, by the copy engine, evict-first in L2 as store()'s __stcs. Before a
+  // (fp32; fp16 256) for the 128 x 256 tile, by the copy engine, evict-first in L2 as store()'s __stcs. Before a
   // half is written, the copies of the half before (this tile's first, or the previous tile's
   // second) must have read the staging; the second half's writes to y overlap the next tile's
   // MMAs. (store() leaves its y through the LSU, 8 rows of 32 bytes a warp store, and the
@@ -648,26 +662,27 @@ struct GroupedGemmSm90Ws {
     const int pair0 = __shfl_sync(0xffffffffu, pairs[0], from);
     const int pair1 = __shfl_sync(0xffffffffu, pairs[1], from);
     const int pair = lane < 8 ? pair0 : lane < 16 ? pair1 : -1;
-    const unsigned fragment = staging + (lane / 4) * kStagingRowBytes + (lane % 4) * 8;
+    const unsigned fragment = staging + (lane / 4) * kStagingRowBytes + (lane % 4) * 2 * kYBytes;
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const int col = n_block * BLOCK_N + half * kHalf;
-      const int bytes = (H - col < kHalf ? H - col : kHalf) * 4;  // <= 0: past H, nothing
+      const int bytes = (H - col < kHalf ? H - col : kHalf) * kYBytes;  // <= 0: past H, nothing
       bulk_wait_read<0>();
       __syncwarp();
       if (bytes > 0) {
 #pragma unroll
         for (int j = 0; j < kHalf / 8; ++j) {
           const int a = 4 * (j + half * (kHalf / 8));
-          st_shared_f32x2(fragment + j * 32, acc[a] * weights[0], acc[a + 1] * weights[0]);
-          st_shared_f32x2(fragment + 8 * kStagingRowBytes + j * 32, acc[a + 2] * weights[1],
-                          acc[a + 3] * weights[1]);
+          st_shared_y2<Y>(fragment + j * 8 * kYBytes, acc[a] * weights[0],
+                          acc[a + 1] * weights[0]);
+          st_shared_y2<Y>(fragment + 8 * kStagingRowBytes + j * 8 * kYBytes,
+                          acc[a + 2] * weights[1], acc[a + 3] * weights[1]);
         }
         fence_proxy_async();  // these writes, before the copy engine's reads
       }
       __syncwarp();
       if (pair >= 0 && bytes > 0) {
-        bulk_store(reinterpret_cast<float*>(g.out) + (long long)pair * H + col,
+        bulk_store(reinterpret_cast<typename YOps<Y>::Elem*>(g.out) + (long long)pair * H + col,
                    staging + lane * kStagingRowBytes, unsigned(bytes), policy);
         bulk_commit();
       }
@@ -705,8 +720,8 @@ struct GroupedGemmSm90Ws {
         const int pair = pairs[half];
         if (pair >= 0) {
           const float weight = weights[half];
-          float2* y =
-              reinterpret_cast<float2*>(g.out) + (long long)pair * (H / 2) + (unsigned(col0) >> 1);
+          typename YOps<Y>::Pair* y = reinterpret_cast<typename YOps<Y>::Pair*>(g.out) +
+                                      (long long)pair * (H / 2) + (unsigned(col0) >> 1);
 #pragma unroll
           for (int j = 0; j < BLOCK_N / 8; ++j) {
             if (whole || col0 + j * 8 < H) {
@@ -714,8 +729,8 @@ struct GroupedGemmSm90Ws {
               // the weight and h tiles that other blocks still read out of L2. (16-byte stores
               // after an exchange between lane pairs measured 2% slower end to end at T = 16384
               // on the H200, the down GEMM 4% slower by ncu: docs/PERF.md.)
-              __stcs(&y[j * 4], make_float2(acc[4 * j + half * 2] * weight,
-                                            acc[4 * j + half * 2 + 1] * weight));
+              __stcs(&y[j * 4], YOps<Y>::pack(acc[4 * j + half * 2] * weight,
+                                              acc[4 * j + half * 2 + 1] * weight));
             }
           }
         }

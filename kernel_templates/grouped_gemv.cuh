@@ -22,7 +22,8 @@
 
 namespace rt_moe {
 
-template <typename D, int H, int I, int E, int S, int K, int MODE, int ROWS, int WARPS, int STAGES>
+template <typename D, int H, int I, int E, int S, int K, int MODE, int ROWS, int WARPS, int STAGES,
+          typename Y = float>
 struct GroupedGemv {
   static constexpr int kThreads = 32 * WARPS;
   static constexpr int kSmemBytes = 0;  // the partial sums are static shared memory
@@ -185,12 +186,14 @@ struct GroupedGemv {
                 DTypeOps<D>::from_float(silu_mul(acc[n][j], acc[n][2 + j]));
           }
         } else {
-          const float weight = pair_weight<K, kSlots>(p, pair);
-          float* y = static_cast<float*>(p.out);
+          const float weight = YOps<Y>::scaled(pair_weight<K, kSlots>(p, pair));
+          typename YOps<Y>::Elem* y = static_cast<typename YOps<Y>::Elem*>(p.out);
 #pragma unroll
           for (int i = 0; i < 2; ++i) {
             const int col = blockIdx.y * kCols + g + 8 * i;
-            if (col < H) __stcs(&y[(long long)pair * H + col], acc[n][2 * i + j] * weight);
+            if (col < H) {
+              __stcs(&y[(long long)pair * H + col], YOps<Y>::pack1(acc[n][2 * i + j] * weight));
+            }
           }
         }
       }

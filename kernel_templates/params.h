@@ -77,7 +77,8 @@ struct RouteDecodeParams {
 
 struct GemmParams {
   const void* a;                 // gate/up, router: x (T, H); down: h (max_rows, I)
-  void* out;                     // gate/up: h (max_rows, I); down: fp32 y (T * (k + S), H);
+  void* out;                     // gate/up: h (max_rows, I); down: y (T * (k + S), H), fp32 or
+                                 // scaled fp16 (YOps in common.cuh);
                                  // router: fp32 logits (T, E), one array a K part (gridDim.z)
   const void* b;                 // router only: (E, H)
   const ExpertWeights* experts;  // (E + S)
@@ -130,7 +131,7 @@ struct GemmTmaParams {
 };
 
 struct CombineParams {
-  const void* y;  // fp32 (T, k + S, H)
+  const void* y;  // (T, k + S, H), fp32 or scaled fp16 (the template's Y)
   void* out;      // (T, H)
   int tokens;
   // The forward's counters, zeroed here for the next forward of the plan once every stage before

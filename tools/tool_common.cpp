@@ -40,6 +40,10 @@ void ModelChoice::add_options(CLI::App& app) {
   config_option->excludes(preset_option);
   app.add_option("--dtype", dtype, "Activation and weight dtype (default: the model's)")
       ->check(CLI::IsMember({"bf16", "fp16"}));
+  app.add_option("--y-dtype", y_dtype,
+                 "Precision of the experts' outputs between the down GEMM and the combine "
+                 "(default: fp16, scaled)")
+      ->check(CLI::IsMember({"fp16", "fp32"}));
 }
 
 ModelConfig ModelChoice::load() const {
@@ -49,6 +53,7 @@ ModelConfig ModelChoice::load() const {
   }
   ModelConfig model = preset.empty() ? load_config_file(config_file) : rt_moe::preset(preset);
   if (!dtype.empty()) model.moe.dtype = parse_dtype(dtype);
+  if (!y_dtype.empty()) model.moe.y_dtype = parse_y_dtype(y_dtype);
   model.moe.validate();
   return model;
 }

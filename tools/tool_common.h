@@ -26,14 +26,15 @@ class UsageError : public std::runtime_error {
 // 2, any other exception 1; each prints "<tool>: <message>" on stderr.
 int run_tool(CLI::App& app, int argc, char** argv, const std::function<int()>& body);
 
-// --preset NAME | --config FILE, one of them required, and --dtype to override the model's; the
-// options are added to `app`.
+// --preset NAME | --config FILE, one of them required, --dtype to override the model's and
+// --y-dtype to set MoeConfig::y_dtype; the options are added to `app`.
 struct ModelChoice {
   std::string preset;
   std::string config_file;
-  std::string dtype;  // empty: the model's
+  std::string dtype;    // empty: the model's
+  std::string y_dtype;  // empty: the default (fp16)
   void add_options(CLI::App& app);
-  ModelConfig load() const;  // with dtype applied and the layer validated
+  ModelConfig load() const;  // with dtype and y_dtype applied and the layer validated
 };
 
 }  // namespace rt_moe::tools

@@ -15,8 +15,20 @@ DType parse_dtype(const std::string& s) {
               fmt::format("unknown dtype '{}' (want bf16 or fp16)", s));
 }
 
+const char* to_string(YDType y_dtype) { return y_dtype == YDType::kF32 ? "fp32" : "fp16"; }
+
+YDType parse_y_dtype(const std::string& s) {
+  if (s == "fp16" || s == "f16") return YDType::kF16;
+  if (s == "fp32" || s == "f32" || s == "float32") return YDType::kF32;
+  throw Error(ErrorCode::kInvalidArgument,
+              fmt::format("unknown y dtype '{}' (want fp16 or fp32)", s));
+}
+
 void MoeConfig::validate() const {
   auto fail = [](const std::string& what) { throw Error(ErrorCode::kInvalidArgument, what); };
+  if (y_dtype != YDType::kF16 && y_dtype != YDType::kF32) {
+    fail(fmt::format("y_dtype = {} is neither YDType::kF16 nor YDType::kF32", int(y_dtype)));
+  }
   // 16-byte vector loads of 2-byte elements need rows that are multiples of 8 elements.
   if (d_hidden <= 0 || d_hidden % 8 != 0 || d_hidden > (1 << 20)) {
     fail(fmt::format("d_hidden = {} must be a positive multiple of 8 up to 2^20", d_hidden));
@@ -87,8 +99,9 @@ std::string RoutingConfig::describe() const {
 }
 
 std::string MoeConfig::describe() const {
-  return fmt::format("H={} I={} E={} S={} k={} {}", d_hidden, d_expert, n_routed_experts,
-                     n_shared_experts, top_k, to_string(dtype));
+  return fmt::format("H={} I={} E={} S={} k={} {}{}", d_hidden, d_expert, n_routed_experts,
+                     n_shared_experts, top_k, to_string(dtype),
+                     y_dtype == YDType::kF32 ? " y=fp32" : "");
 }
 
 }  // namespace rt_moe

@@ -58,7 +58,7 @@ WorkspaceLayout workspace_layout(const MoeConfig& c, std::int64_t max_tokens, in
   l.h = take(std::size_t(dtype_bytes(c.dtype)) * l.max_rows * c.d_expert);
   l.shared_h = take(std::size_t(dtype_bytes(c.dtype)) * S * l.shared_chunk_blocks * kFusedBlockM *
                     c.d_expert);
-  l.y = take(sizeof(float) * T * slots * c.d_hidden);
+  l.y = take(std::size_t(y_bytes(c.y_dtype)) * T * slots * c.d_hidden);
   l.bytes = at;
   return l;
 }

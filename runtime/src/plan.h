@@ -50,7 +50,7 @@ struct WorkspaceLayout {
   // bucket's most tokens, shared_chunk_blocks of them a chunk.
   std::int64_t shared_chunk_blocks = 0;
   std::size_t shared_h = 0;  // dtype (S * shared_chunk_blocks * 16, I)
-  std::size_t y = 0;         // fp32 (T * (k + S), H)
+  std::size_t y = 0;         // (T * (k + S), H) of MoeConfig::y_dtype
   std::size_t bytes = 0;     // total
 };
 

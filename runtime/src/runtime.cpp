@@ -362,7 +362,7 @@ void MoeRuntime::Impl::enqueue_stages(const LaunchPlan& plan, const void* x, voi
   }
 
   CombineParams combine{ptr(l.y), out, T, counter(0), int(n.ints)};
-  launch(*plan.combine, {combine_blocks(T, c.d_hidden)}, combine, stream, order);
+  launch(*plan.combine, {combine_blocks(T, c.d_hidden, c.y_dtype)}, combine, stream, order);
 }
 
 MoeRuntime::MoeRuntime(const MoeConfig& config, const RuntimeOptions& options)

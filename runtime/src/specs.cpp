@@ -11,6 +11,13 @@ namespace {
 
 const char* dtype_tag(DType dtype) { return dtype == DType::kF16 ? "rt_moe::F16" : "rt_moe::BF16"; }
 
+// The trailing template argument Y of a kernel that writes y (the down GEMMs, the fused decode
+// GEMM) or reads it (the combine): none for fp32 y (the templates' default, so the fp32
+// instances are spelled as before YDType existed), ", rt_moe::F16" for scaled fp16 (YOps).
+std::string y_argument(const MoeConfig& c) {
+  return c.y_dtype == YDType::kF16 ? ", rt_moe::F16" : "";
+}
+
 }  // namespace
 
 std::string GemmTile::describe() const {
@@ -89,7 +96,7 @@ GemmTile staged_y(GemmTile t) {
 
 }  // namespace
 
-int tile_smem_bytes(const GemmTile& t) {
+int tile_smem_bytes(const GemmTile& t, YDType y_dtype) {
   if (t.gemv) return t.warps_m * (t.block_m / 8) * 4 * 32 * 4;  // the warps' partial sums
   const int ring = t.stages * (t.block_m + t.block_n) * t.block_k * 2;
   // + barriers and tile slots, each token row's pair and weight, alignment slack
@@ -100,10 +107,10 @@ int tile_smem_bytes(const GemmTile& t) {
            stages * 16 + 16 + 1024;
   };
   if (t.ws && t.staged_y) {
-    // The down GEMM: 16 rows of half a tile's fp32 columns (+ 16 bytes) a consumer warp, and as
+    // The down GEMM: 16 rows of half a tile's columns of y (+ 16 bytes) a consumer warp, and as
     // many stages as fit beside them, counted as the kernel's kFitStages; the gate/up GEMM as
     // without.
-    const int staging = t.warps_m * 4 * 16 * (t.block_n / 2 * 4 + 16);
+    const int staging = t.warps_m * 4 * 16 * (t.block_n / 2 * y_bytes(y_dtype) + 16);
     const int beside_ring = ws_bytes(t.stages, staging) - ring;  // staging, barriers, slack
     const int fit = (kMaxDynamicSmemSm90 - beside_ring) / ((t.block_m + t.block_n) * t.block_k * 2);
     return std::max(ws_bytes(t.stages, 0), ws_bytes(std::min(t.stages, fit), staging));
@@ -172,7 +179,9 @@ std::vector<GemmTile> candidate_tiles(const MoeConfig& c, long long max_tokens,
   for (const GemmTile& t : space) {
     // A swapped tile multiplies only the rows a block has (rounded up to 16), not block_m.
     const bool fits_rows = t.swap ? rows_per_expert(c, max_tokens) > 16 : t.block_m <= 2 * tall;
-    if (t == heuristic || (tile_smem_bytes(t) <= max_smem && fits_rows)) {
+    // The fused tile's K halves add into fp32 y with atomics.
+    const bool fits_y = !(t.fused && t.split > 1) || c.y_dtype == YDType::kF32;
+    if (t == heuristic || (tile_smem_bytes(t, c.y_dtype) <= max_smem && fits_rows && fits_y)) {
       candidates.push_back(t);
     }
   }
@@ -333,21 +342,24 @@ const char* mode_tag(GemmStage stage) {
 }  // namespace
 
 KernelSpec gemm_spec(const MoeConfig& c, GemmStage stage, const GemmTile& t) {
+  const std::string down_y = stage == GemmStage::kDown ? y_argument(c) : "";
   if (t.fused) {
     // One kernel for both stages: the plan launches it once (runtime.cpp).
     return {"grouped_gemm_decode", "grouped_gemm_decode.cuh",
-            fmt::format("rt_moe::GroupedGemmDecode<{}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}>",
+            fmt::format("rt_moe::GroupedGemmDecode<{}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}",
                         dtype_tag(c.dtype), c.d_hidden, c.d_expert, c.n_routed_experts,
                         c.n_shared_experts, c.top_k, t.block_n, t.warps_n, t.stages,
-                        t.shared_down_last, t.split),
+                        t.shared_down_last, t.split) +
+                y_argument(c) + ">",
             "rt_moe::DecodeParams"};
   }
   if (t.gemv) {
     KernelSpec spec{
         "grouped_gemv", "grouped_gemv.cuh",
-        fmt::format("rt_moe::GroupedGemv<{}, {}, {}, {}, {}, {}, {}, {}, {}, {}>",
+        fmt::format("rt_moe::GroupedGemv<{}, {}, {}, {}, {}, {}, {}, {}, {}, {}{}>",
                     dtype_tag(c.dtype), c.d_hidden, c.d_expert, c.n_routed_experts,
-                    c.n_shared_experts, c.top_k, mode_tag(stage), t.block_m, t.warps_m, t.stages),
+                    c.n_shared_experts, c.top_k, mode_tag(stage), t.block_m, t.warps_m, t.stages,
+                    down_y),
         "rt_moe::GemmParams"};
     // A register cap of 128 a thread: without one, ptxas interleaves the loads with the MMAs and
     // keeps ~3 loads in flight a lane; with it, all of a round's loads go first (SASS checked).
@@ -356,9 +368,10 @@ KernelSpec gemm_spec(const MoeConfig& c, GemmStage stage, const GemmTile& t) {
   }
   if (t.swap) {
     KernelSpec spec{"grouped_gemm_sm90_swap", "grouped_gemm_sm90_swap.cuh",
-                    fmt::format("rt_moe::GroupedGemmSm90Swap<{}, {}, {}, {}, {}, {}, {}, {}, {}>",
+                    fmt::format("rt_moe::GroupedGemmSm90Swap<{}, {}, {}, {}, {}, {}, {}, {}, {}{}>",
                                 dtype_tag(c.dtype), c.d_hidden, c.d_expert, c.n_routed_experts,
-                                c.n_shared_experts, c.top_k, mode_tag(stage), t.block_m, t.stages),
+                                c.n_shared_experts, c.top_k, mode_tag(stage), t.block_m, t.stages,
+                                down_y),
                     "rt_moe::GemmTmaParams"};
     spec.min_blocks = 1;
     return spec;
@@ -366,39 +379,39 @@ KernelSpec gemm_spec(const MoeConfig& c, GemmStage stage, const GemmTile& t) {
   if (t.sm == 90 && t.ws) {
     KernelSpec spec{
         "grouped_gemm_sm90_ws", "grouped_gemm_sm90_ws.cuh",
-        fmt::format("rt_moe::GroupedGemmSm90Ws<{}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}>",
+        fmt::format("rt_moe::GroupedGemmSm90Ws<{}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}{}>",
                     dtype_tag(c.dtype), c.d_hidden, c.d_expert, c.n_routed_experts,
                     c.n_shared_experts, c.top_k, mode_tag(stage), t.warps_m, t.block_n, t.stages,
-                    t.cluster, stage == GemmStage::kDown && t.staged_y),
+                    t.cluster, stage == GemmStage::kDown && t.staged_y, down_y),
         "rt_moe::GemmTmaParams"};
     spec.min_blocks = 1;
     return spec;
   }
   if (t.sm == 90) {
     return {"grouped_gemm_sm90", "grouped_gemm_sm90.cuh",
-            fmt::format("rt_moe::GroupedGemmSm90<{}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}>",
+            fmt::format("rt_moe::GroupedGemmSm90<{}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}{}>",
                         dtype_tag(c.dtype), c.d_hidden, c.d_expert, c.n_routed_experts,
                         c.n_shared_experts, c.top_k, mode_tag(stage), t.warps_m, t.warps_n,
-                        t.block_n, t.stages),
+                        t.block_n, t.stages, down_y),
             "rt_moe::GemmParams"};
   }
   return {"grouped_gemm_sm80", "grouped_gemm_sm80.cuh",
-          fmt::format("rt_moe::GroupedGemmSm80<{}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}>",
+          fmt::format("rt_moe::GroupedGemmSm80<{}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}{}>",
                       dtype_tag(c.dtype), c.d_hidden, c.d_expert, c.n_routed_experts,
                       c.n_shared_experts, c.top_k, mode_tag(stage), t.block_m, t.block_n, t.block_k,
-                      t.warps_m, t.warps_n, t.stages),
+                      t.warps_m, t.warps_n, t.stages, down_y),
           "rt_moe::GemmParams"};
 }
 
 KernelSpec combine_spec(const MoeConfig& c) {
   return {"combine", "combine.cuh",
-          fmt::format("rt_moe::Combine<{}, {}, {}>", dtype_tag(c.dtype), c.d_hidden,
-                      c.top_k + c.n_shared_experts),
+          fmt::format("rt_moe::Combine<{}, {}, {}{}>", dtype_tag(c.dtype), c.d_hidden,
+                      c.top_k + c.n_shared_experts, y_argument(c)),
           "rt_moe::CombineParams"};
 }
 
-unsigned combine_blocks(std::int64_t tokens, std::int64_t d_hidden) {
-  return unsigned((tokens * (d_hidden / 4) + 255) / 256);
+unsigned combine_blocks(std::int64_t tokens, std::int64_t d_hidden, YDType y_dtype) {
+  return unsigned((tokens * (d_hidden / (16 / y_bytes(y_dtype))) + 255) / 256);
 }
 
 std::vector<KernelSpec> forward_specs(const MoeConfig& c, const GemmTile& tile,

@@ -86,12 +86,13 @@ inline constexpr long long kRouterWgmmaBlocks = 128;
 // `wgmma`: the bucket's grouped GEMM tile runs wgmma (GemmTile::sm == 90), so the GPU has it.
 GemmTile router_tile(const MoeConfig& config, long long max_tokens, bool wgmma);
 
-// Shared memory a tile needs, in bytes.
-int tile_smem_bytes(const GemmTile& tile);
+// Shared memory a tile needs, in bytes, with y of `y_dtype` (the staged y tiles' staging).
+int tile_smem_bytes(const GemmTile& tile, YDType y_dtype);
 
 // The tunable space for a bucket: every tile the GEMM templates accept on `arch` that fits in
 // `max_smem` bytes of shared memory, without tiles much taller than the rows an expert can get
-// (they only multiply padding). Always contains default_tile().
+// (they only multiply padding), and without the fused K-half tile unless y is fp32. Always
+// contains default_tile().
 std::vector<GemmTile> candidate_tiles(const MoeConfig& config, long long max_tokens,
                                       const std::string& arch, int max_smem);
 
@@ -120,8 +121,9 @@ inline constexpr long long kRouteDecodeMaxTokens = 8;
 bool uses_route_decode(const GemmTile& tile, long long max_tokens);
 KernelSpec gemm_spec(const MoeConfig& config, GemmStage stage, const GemmTile& tile);
 KernelSpec combine_spec(const MoeConfig& config);
-// The combine's grid: 256-thread blocks, one thread per 4 outputs (combine.cuh).
-unsigned combine_blocks(std::int64_t tokens, std::int64_t d_hidden);
+// The combine's grid: 256-thread blocks, one thread per 16 bytes of a y row: 4 outputs with fp32
+// y, 8 with fp16 (combine.cuh).
+unsigned combine_blocks(std::int64_t tokens, std::int64_t d_hidden, YDType y_dtype);
 
 // Every spec a forward of a bucket of up to `max_tokens` tokens runs with the heuristic tiles.
 std::vector<KernelSpec> forward_specs(const MoeConfig& config, long long max_tokens,

@@ -116,7 +116,7 @@ TEST_CASE("routing: the wgmma router's tile covers the experts, fills the GPU an
       CHECK(t.block_n == (E % 256 == 0 ? 256 : 128));
       CHECK(E % t.block_n == 0);
       CHECK(t.stages == 4);
-      CHECK(tile_smem_bytes(t) <= 227 * 1024);
+      CHECK(tile_smem_bytes(t, c.y_dtype) <= 227 * 1024);
       // The split shows in the name the bench and describe() print.
       CHECK(t.describe().ends_with(t.split > 1 ? fmt::format(" s4 k{}", t.split) : " s4"));
       // K split: the fewest parts (of at least 8 K tiles) that make kRouterWgmmaBlocks blocks.

@@ -19,14 +19,24 @@ using test::make_config;
 
 TEST_CASE("every kernel template compiles for sm_90a (DeepSeek-V3 shape, all tiles)", "[nvrtc]") {
   for (DType dtype : {DType::kBF16, DType::kF16}) {
-    MoeConfig c = make_config(7168, 2048, 256, 1, 8, dtype);
-    // One token count per tile the heuristic picks: decode to prefill.
-    for (long long tokens : {1LL, 64LL, 1024LL, 16384LL}) {
-      GemmTile tile = default_tile(c, tokens, "sm_90a");
-      for (const KernelSpec& spec : forward_specs(c, tile, tokens)) {
-        INFO(spec.name());
-        std::string cubin = compile_for_sm90a(spec);
-        CHECK(is_elf(cubin));
+    for (YDType y : {YDType::kF16, YDType::kF32}) {
+      MoeConfig c = make_config(7168, 2048, 256, 1, 8, dtype);
+      c.y_dtype = y;
+      // One token count per tile the heuristic picks: decode to prefill.
+      for (long long tokens : {1LL, 64LL, 512LL, 1024LL, 4096LL, 16384LL}) {
+        GemmTile tile = default_tile(c, tokens, "sm_90a");
+        for (const KernelSpec& spec : forward_specs(c, tile, tokens)) {
+          // y's type reaches the kernels that write or read it, and only those.
+          const bool has_y = spec.family == "combine" || spec.family == "grouped_gemm_decode" ||
+                             spec.name().find("kDown") != std::string::npos;
+          INFO(spec.name());
+          CHECK((spec.name().find("rt_moe::F16>") != std::string::npos) ==
+                (has_y && y == YDType::kF16));
+          // fp32 y is each template's default: its instances are spelled without Y.
+          CHECK(spec.name().find("float") == std::string::npos);
+          std::string cubin = compile_for_sm90a(spec);
+          CHECK(is_elf(cubin));
+        }
       }
     }
   }
@@ -65,12 +75,15 @@ TEST_CASE("the fused decode tile's smallest buckets run one kernel for top-k, of
 TEST_CASE("every sm_90a tuner candidate of the wgmma paths compiles (gpumode shape, S = 2)",
           "[nvrtc]") {
   MoeConfig c = make_config(7168, 2048, 32, 2, 4, DType::kBF16);
+  MoeConfig y32 = c;  // the down GEMMs with fp32 y as well as the default fp16
+  y32.y_dtype = YDType::kF32;
   int tma_tiles = 0;
   for (const GemmTile& tile : candidate_tiles(c, 8192, "sm_90a", 227 * 1024)) {
     if (tile.sm != 90) continue;
     tma_tiles += tile.ws ? 1 : 0;
-    for (GemmStage stage : {GemmStage::kGateUp, GemmStage::kDown}) {
-      const KernelSpec spec = gemm_spec(c, stage, tile);
+    for (const auto& [config, stage] : {std::pair{c, GemmStage::kGateUp}, {c, GemmStage::kDown},
+                                        {y32, GemmStage::kDown}}) {
+      const KernelSpec spec = gemm_spec(config, stage, tile);
       INFO(spec.name());
       CHECK(is_elf(compile_for_sm90a(spec)));
       // The warp-specialized kernels need a register cap at entry for setmaxnreg.
@@ -128,17 +141,24 @@ TEST_CASE("decode buckets default to the fused GEMM; the GEMV is a candidate, ne
   // and 256; ~18 rows (T = 512): neither.
   CHECK(default_tile(c, 256, "sm_90a").describe() == "sm80 16x64x64 w1x4 s8");
   CHECK_FALSE(default_tile(c, 512, "sm_90a").fused);
-  // Every fused candidate compiles, and none is offered past 16 rows an expert.
-  int fused_tiles = 0;
-  for (const GemmTile& tile : candidate_tiles(c, 64, "sm_90a", 227 * 1024)) {
-    if (!tile.fused) continue;
-    ++fused_tiles;
-    const KernelSpec spec = gemm_spec(c, GemmStage::kGateUp, tile);
-    INFO(spec.name());
-    CHECK(spec.family == "grouped_gemm_decode");
-    CHECK(is_elf(compile_for_sm90a(spec)));
+  // Every fused candidate compiles, and none is offered past 16 rows an expert. The K-half tile
+  // ("k2", fp32 atomics into y) is one only with fp32 y.
+  for (YDType y : {YDType::kF16, YDType::kF32}) {
+    MoeConfig cy = c;
+    cy.y_dtype = y;
+    int fused_tiles = 0, k2_tiles = 0;
+    for (const GemmTile& tile : candidate_tiles(cy, 64, "sm_90a", 227 * 1024)) {
+      if (!tile.fused) continue;
+      ++fused_tiles;
+      k2_tiles += tile.split > 1;
+      const KernelSpec spec = gemm_spec(cy, GemmStage::kGateUp, tile);
+      INFO(spec.name());
+      CHECK(spec.family == "grouped_gemm_decode");
+      CHECK(is_elf(compile_for_sm90a(spec)));
+    }
+    CHECK(k2_tiles == (y == YDType::kF32 ? 1 : 0));
+    CHECK(fused_tiles == 4 + k2_tiles);
   }
-  CHECK(fused_tiles == 5);
   for (const GemmTile& tile : candidate_tiles(c, 512, "sm_90a", 227 * 1024)) {
     CHECK_FALSE(tile.fused);
   }
@@ -195,6 +215,13 @@ TEST_CASE("kernel sources differ per shape and tile, and keys with them", "[nvrt
   CHECK(gemm_spec(a, GemmStage::kGateUp, t1).source() !=
         gemm_spec(a, GemmStage::kGateUp, t2).source());
   CHECK(gemm_spec(a, GemmStage::kDown, t1).source() != gemm_spec(b, GemmStage::kDown, t1).source());
+  // y's precision changes the down GEMM and the combine, not the gate/up GEMM.
+  MoeConfig y32 = a;
+  y32.y_dtype = YDType::kF32;
+  CHECK(gemm_spec(a, GemmStage::kDown, t2).source() != gemm_spec(y32, GemmStage::kDown, t2).source());
+  CHECK(combine_spec(a).source() != combine_spec(y32).source());
+  CHECK(gemm_spec(a, GemmStage::kGateUp, t2).source() ==
+        gemm_spec(y32, GemmStage::kGateUp, t2).source());
   CHECK(!(gemm_spec(a, GemmStage::kDown, t1).preimage("sm_90a").key() ==
           gemm_spec(a, GemmStage::kDown, t1).preimage("sm_80").key()));
 }

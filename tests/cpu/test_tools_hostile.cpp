@@ -74,6 +74,7 @@ TEST_CASE("tools hostile: rt_moe_prewarm rejects bad values with exit 2", "[tool
                     {"--max-tokens"});
   check_usage_error(prewarm(with({"--max-tokens", "12abc"}), dir.path()), {"--max-tokens"});
   check_usage_error(prewarm(with({"--dtype", "int8"}), dir.path()), {"--dtype", "int8"});
+  check_usage_error(prewarm(with({"--y-dtype", "bf16"}), dir.path()), {"--y-dtype", "bf16"});
   check_usage_error(prewarm(with({"--jobs", "-1"}), dir.path()), {"--jobs"});
   check_usage_error(prewarm(with({"--max-tokens"}), dir.path()), {"--max-tokens"});
   check_usage_error(

@@ -388,26 +388,65 @@ TEST_CASE("every decode GEMV tile matches the reference (odd shapes, S = 0 and 2
   }
 }
 
+TEST_CASE("y in fp32 (MoeConfig::y_dtype) on every kernel family that writes it", "[forward]") {
+  // The default y is scaled fp16 (YOps in common.cuh), which every other case runs; here each
+  // family's fp32 instance, pinned: the fused decode GEMM (whole and K-half down tiles), the
+  // GEMV, mma.sync, the wgmma ring, the TMA kernel (stores from registers and staged) and the
+  // swapped kernel. T = 13 for the decode tiles (~5 rows an expert), 1000 for the others.
+  const std::pair<const char*, std::int64_t> tiles[] = {
+      {"fused 16x64x64 w1x4 s8 sdl", 13},     {"fused 16x64x64 w1x4 s8 sdl k2", 13},
+      {"gemv r8 w4 s1", 13},                  {"sm80 64x128x64 w2x2 s4", 1000},
+      {"sm90 128x256x64 wg2x1 s4", 1000},     {"sm90ws 128x256x64 wg2 s4", 1000},
+      {"sm90ws 128x256x64 wg2 s4 sy", 1000}, {"sm90swap 160x256x64 s4", 1000}};
+  for (int d = 0; d < 2; ++d) {
+    for (const auto& [tile, tokens] : tiles) {
+      RuntimeOptions options;
+      options.tile = tile;
+      MoeConfig c = make_config(1024, 512, 16, 2, 4, dtype_of(d));
+      c.y_dtype = YDType::kF32;
+      Fixture f(c, 61 + d, options);
+      INFO(tile << ", dtype " << d);
+      CHECK(f.moe.describe(tokens).find(std::string(tile) + ",") != std::string::npos);
+      f.check(tokens, 760 + d, tile);
+    }
+  }
+  // The fused K-half tile adds into fp32 y: with the default fp16 y it is no candidate.
+  RuntimeOptions k2;
+  k2.tile = "fused 16x64x64 w1x4 s8 sdl k2";
+  MoeRuntime moe(make_config(1024, 512, 16, 2, 4, DType::kBF16), k2);
+  try {
+    moe.reserve(13);
+    FAIL("the K-half fused tile was accepted with fp16 y");
+  } catch (const Error& e) {
+    CHECK(e.code() == ErrorCode::kInvalidArgument);
+    CHECK(std::string(e.what()).find("s8 sdl k2") != std::string::npos);
+  }
+}
+
 TEST_CASE("every fused decode tile matches the reference (odd shapes, S = 0 and 2, bf16 and fp16)",
           "[forward]") {
   // Gate/up and down in one kernel, work items from a ticket (grouped_gemm_decode.cuh). The GEMV
   // case's shapes: partial K steps and column blocks; T = 13 and 40 (k = 4, E = 16) put several
   // row blocks on some experts, so down tiles wait on gate/up tiles of other blocks.
   // Every fused tuner candidate of the DeepSeek-V3 decode buckets (its tiles do not depend on the
-  // shape), each on shapes of its own.
-  std::vector<std::string> tiles;
-  for (const GemmTile& t :
-       candidate_tiles(make_config(7168, 2048, 256, 1, 8, DType::kBF16), 8, "sm_90a", 227 * 1024)) {
-    if (t.fused) tiles.push_back(t.describe());
+  // shape), each on shapes of its own; with fp32 y the K-half tile ("k2") is one of them, and
+  // runs with it.
+  MoeConfig deepseek = make_config(7168, 2048, 256, 1, 8, DType::kBF16);
+  deepseek.y_dtype = YDType::kF32;
+  std::vector<GemmTile> tiles;
+  for (const GemmTile& t : candidate_tiles(deepseek, 8, "sm_90a", 227 * 1024)) {
+    if (t.fused) tiles.push_back(t);
   }
   REQUIRE(tiles.size() == 5);
-  for (const std::string& tile : tiles) {
+  for (const GemmTile& t : tiles) {
+    const std::string tile = t.describe();
     for (std::int64_t shared : {0, 2}) {
       for (int d = 0; d < 2; ++d) {
         RuntimeOptions options;
         options.tile = tile;
-        Fixture f(make_config(1032, shared == 0 ? 200 : 136, 16, shared, 4, dtype_of(d)),
-                  95 + shared + d, options);
+        MoeConfig c = make_config(1032, shared == 0 ? 200 : 136, 16, shared, 4, dtype_of(d));
+        c.y_dtype = t.split > 1 ? YDType::kF32 : YDType::kF16;
+        Fixture f(c, 95 + shared + d, options);
         INFO(tile << ", S = " << shared << ", dtype " << d);
         for (std::int64_t tokens : {1, 2, 13}) f.check(tokens, 750 + tokens, tile.c_str());
         if (shared == 0) f.check(40, 790, tile.c_str());

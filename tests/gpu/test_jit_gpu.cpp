@@ -24,26 +24,35 @@ constexpr int kH = 1032;  // not a multiple of any tile
 constexpr int kSlots = 3;
 constexpr int kTokens = 37;
 
-KernelSpec combine_kernel() {
+KernelSpec combine_kernel(YDType y_dtype = YDType::kF32) {
   MoeConfig config;
   config.d_hidden = kH;
   config.top_k = kSlots;
   config.n_shared_experts = 0;
   config.dtype = DType::kBF16;
+  config.y_dtype = y_dtype;
   return combine_spec(config);
 }
 
-// Launches the combine kernel on random data and checks every output against the host sum.
-void launch_and_check(const Kernel& kernel) {
+// Launches the combine kernel of `y_dtype` on random data and checks every output against the
+// host sum. fp32 y: random bf16 values; scaled fp16 y: random fp16 bits of y * 2^-8 (YOps).
+void launch_and_check(const Kernel& kernel, YDType y_dtype = YDType::kF32) {
+  const bool f16 = y_dtype == YDType::kF16;
   std::vector<std::uint16_t> y_bits(std::size_t(kTokens) * kSlots * kH);
-  test::fill_random(y_bits, DType::kBF16, 1.0f, 1234);
-  std::vector<float> y(y_bits.size());  // the combine reads fp32 y
-  for (std::size_t i = 0; i < y.size(); ++i) y[i] = test::bits_to_float(DType::kBF16, y_bits[i]);
-  driver::DeviceBuffer y_dev(y.size() * 4), out_dev(std::size_t(kTokens) * kH * 2);
-  y_dev.upload(y.data(), y.size() * 4);
+  test::fill_random(y_bits, f16 ? DType::kF16 : DType::kBF16, 1.0f, 1234);
+  std::vector<float> y(y_bits.size());  // the values the combine adds
+  for (std::size_t i = 0; i < y.size(); ++i) {
+    y[i] = test::bits_to_float(f16 ? DType::kF16 : DType::kBF16, y_bits[i]);
+  }
+  driver::DeviceBuffer y_dev(y.size() * y_bytes(y_dtype)), out_dev(std::size_t(kTokens) * kH * 2);
+  if (f16) {
+    y_dev.upload(y_bits.data(), y_bits.size() * 2);
+  } else {
+    y_dev.upload(y.data(), y.size() * 4);
+  }
   RT_MOE_CALL(cuMemsetD8Async, out_dev.get(), 0xFF, out_dev.bytes(), nullptr);
   CombineParams params{y_dev.as<const void>(), out_dev.as<void>(), kTokens};
-  launch(kernel, {combine_blocks(kTokens, kH)}, params, nullptr);
+  launch(kernel, {combine_blocks(kTokens, kH, y_dtype)}, params, nullptr);
   RT_MOE_CALL(cuCtxSynchronize);
   std::vector<std::uint16_t> out(std::size_t(kTokens) * kH);
   out_dev.download(out.data(), out.size() * 2);
@@ -54,10 +63,12 @@ void launch_and_check(const Kernel& kernel) {
       for (int s = 0; s < kSlots; ++s) {
         sum += y[(std::size_t(t) * kSlots + s) * kH + n];
       }
-      // Same order, same fp32 additions, one rounding: bitwise equal.
-      if (out[std::size_t(t) * kH + n] != test::float_to_bits(DType::kBF16, sum)) ++wrong;
+      // Same order, same fp32 additions, the same exact scale, one rounding: bitwise equal.
+      const float expected = f16 ? sum * 256.f : sum;
+      if (out[std::size_t(t) * kH + n] != test::float_to_bits(DType::kBF16, expected)) ++wrong;
     }
   }
+  INFO("y " << to_string(y_dtype) << ": " << wrong << " of " << kTokens * kH << " outputs wrong");
   REQUIRE(wrong == 0);
 }
 
@@ -113,6 +124,16 @@ TEST_CASE("second process loads from disk", "[.child]") {
   CHECK(cubins.stats().disk_hits == 1);
   std::printf("warm load (disk hit + module load) of %s: %.3f s\n", kernel.name.c_str(), warm);
   launch_and_check(kernel);
+}
+
+TEST_CASE("the combine of scaled fp16 y sums every slot in order, bit for bit", "[jit]") {
+  const std::string dir = temp_dir();
+  driver::PrimaryContext context(0);
+  driver::ScopedContext scope(context.get());
+  cache::CubinCache cubins(cache::CacheOptions{dir, false, 1ull << 30});
+  KernelCache kernels(context.get(), driver::device_info(0).arch(), cubins);
+  launch_and_check(kernels.get(combine_kernel(YDType::kF16)), YDType::kF16);
+  std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("driver errors name the call and the CUDA error", "[jit]") {

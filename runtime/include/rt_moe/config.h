@@ -42,6 +42,22 @@ struct RoutingConfig {
   std::string describe() const;
 };
 
+// The precision of y, each routed or shared expert's output times its routing weight, between the
+// down GEMM (which accumulates in fp32) and the combine (which sums a token's k + S of them in fp32,
+// in a fixed order, and rounds once to the dtype):
+//   kF16 (the default): fp16 of y * 2^-8, the scale undone exactly in the combine: 11
+//     significant bits (half an ulp: 2^-12 of the value), magnitudes up to ~1.7e7 (beyond, inf
+//     in the output: visible, never clipped), and below 2^-6 an absolute step of 2^-16. Half the
+//     bytes of kF32, written by the down GEMM and read by the combine (DeepSeek-V3 at T = 16384:
+//     2.1 GB fewer each way; docs/PERF.md 20). (Not bf16: its 8 bits cost up to 0.0078 on a slot
+//     in [2, 4), past the 1e-2 accuracy rule where slots cancel.)
+//   kF32: fp32. The fused decode tile with down tiles in two K halves ("k2", which adds the
+//     halves with fp32 atomics) is a candidate only with kF32.
+enum class YDType { kF16, kF32 };
+
+const char* to_string(YDType y_dtype);       // "fp16", "fp32"
+YDType parse_y_dtype(const std::string& s);  // "fp16", "fp32"; throws Error
+
 struct MoeConfig {
   std::int64_t d_hidden = 0;          // H
   std::int64_t d_expert = 0;          // I
@@ -50,13 +66,17 @@ struct MoeConfig {
   std::int64_t top_k = 0;             // k
   DType dtype = DType::kBF16;
   RoutingConfig routing;
+  YDType y_dtype = YDType::kF16;
 
   // Throws Error(kInvalidArgument) naming the first bad field and its value.
   void validate() const;
-  std::string describe() const;  // "H=7168 I=2048 E=256 S=1 k=8 bf16"
+  // "H=7168 I=2048 E=256 S=1 k=8 bf16", then " y=fp32" with YDType::kF32.
+  std::string describe() const;
 };
 
 // Element size of the activation and weight dtype, in bytes.
 constexpr std::int64_t dtype_bytes(DType) { return 2; }
+// Element size of y, in bytes.
+constexpr std::int64_t y_bytes(YDType y_dtype) { return y_dtype == YDType::kF32 ? 4 : 2; }
 
 }  // namespace rt_moe
