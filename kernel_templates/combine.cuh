@@ -52,13 +52,14 @@ struct Combine {
     unsigned packed[kOutputs / 2];
 #pragma unroll
     for (int i = 0; i < kOutputs / 2; ++i) {
-      packed[i] = DTypeOps<D>::pack2(acc[2 * i] * YOps<Y>::kUnscale,
-                                     acc[2 * i + 1] * YOps<Y>::kUnscale);
+      packed[i] =
+          DTypeOps<D>::pack2(acc[2 * i] * YOps<Y>::kUnscale, acc[2 * i + 1] * YOps<Y>::kUnscale);
     }
     if constexpr (kOutputs == 4) {
       reinterpret_cast<uint2*>(p.out)[index] = make_uint2(packed[0], packed[1]);
     } else {
-      reinterpret_cast<uint4*>(p.out)[index] = make_uint4(packed[0], packed[1], packed[2], packed[3]);
+      reinterpret_cast<uint4*>(p.out)[index] =
+          make_uint4(packed[0], packed[1], packed[2], packed[3]);
     }
   }
 };

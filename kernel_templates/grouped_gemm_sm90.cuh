@@ -15,9 +15,10 @@
 //
 // Modes as in grouped_gemm_sm80.cuh: kGateUp (each warpgroup's slice of B rows is half gate rows,
 // half the up rows of the same columns, so a thread holds g and u of each of its columns;
-// h = SiLU(g) * u, BLOCK_N / 2 columns per block), kDown (fp32 y scaled by the routing weight,
-// written at the pair's row) and kRouter (the gating GEMM of many tokens: A = x rows 0..T-1, B =
-// the router's E rows, fp32 logits, part blockIdx.z of gridDim.z of the K tiles).
+// h = SiLU(g) * u, BLOCK_N / 2 columns per block), kDown (y, fp32 or scaled fp16 (Y: YOps),
+// scaled by the routing weight, written at the pair's row) and kRouter (the gating GEMM of many
+// tokens: A = x rows 0..T-1, B = the router's E rows, fp32 logits, part blockIdx.z of gridDim.z of
+// the K tiles).
 #pragma once
 
 #include "common.cuh"
@@ -229,8 +230,8 @@ struct GroupedGemmSm90 {
           for (int j = 0; j < kSlice / 8; ++j) {
             const int col = blockIdx.y * BLOCK_N + wg_n * kSlice + j * 8 + (lane % 4) * 2;
             if (col < H) {
-              y[((long long)pair * H + col) / 2] = YOps<Y>::pack(acc[4 * j + half * 2] * weight,
-                                                                 acc[4 * j + half * 2 + 1] * weight);
+              y[((long long)pair * H + col) / 2] =
+                  YOps<Y>::pack(acc[4 * j + half * 2] * weight, acc[4 * j + half * 2 + 1] * weight);
             }
           }
         }

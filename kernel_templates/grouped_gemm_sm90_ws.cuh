@@ -647,11 +647,11 @@ struct GroupedGemmSm90Ws {
   // kDown with STAGED_Y: the 16 rows of this warp (a lane's `row` and `row` + 8 of store()) go
   // to its staging area, times their routing weights, half a tile's columns at a time; lanes
   // 0-15 then copy one row each (lane l: the warp's row l) to y at its pair's row, 512 bytes
-  // (fp32; fp16 256) for the 128 x 256 tile, by the copy engine, evict-first in L2 as store()'s __stcs. Before a
-  // half is written, the copies of the half before (this tile's first, or the previous tile's
-  // second) must have read the staging; the second half's writes to y overlap the next tile's
-  // MMAs. (store() leaves its y through the LSU, 8 rows of 32 bytes a warp store, and the
-  // epilogue waits there: docs/PERF.md 18d.)
+  // (fp32; fp16 256) for the 128 x 256 tile, by the copy engine, evict-first in L2 as store()'s
+  // __stcs. Before a half is written, the copies of the half before (this tile's first, or the
+  // previous tile's second) must have read the staging; the second half's writes to y overlap the
+  // next tile's MMAs. (store() leaves its y through the LSU, 8 rows of 32 bytes a warp store, and
+  // the epilogue waits there: docs/PERF.md 18d.)
   static __device__ __forceinline__ void store_staged(const GemmParams& g, const float* acc,
                                                       const int (&pairs)[2],
                                                       const float (&weights)[2], int n_block,
@@ -673,8 +673,7 @@ struct GroupedGemmSm90Ws {
 #pragma unroll
         for (int j = 0; j < kHalf / 8; ++j) {
           const int a = 4 * (j + half * (kHalf / 8));
-          st_shared_y2<Y>(fragment + j * 8 * kYBytes, acc[a] * weights[0],
-                          acc[a + 1] * weights[0]);
+          st_shared_y2<Y>(fragment + j * 8 * kYBytes, acc[a] * weights[0], acc[a + 1] * weights[0]);
           st_shared_y2<Y>(fragment + 8 * kStagingRowBytes + j * 8 * kYBytes,
                           acc[a + 2] * weights[1], acc[a + 3] * weights[1]);
         }

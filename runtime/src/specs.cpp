@@ -221,7 +221,12 @@ GemmTile default_tile(const MoeConfig& c, long long max_tokens, const std::strin
   // 128x256, DeepSeek-V3 T = 8192 (287 rows) 13.63 against 13.77; the tuner's steady rounds
   // picked it at gpumode 2048 too (16d).
   if (rows > 256 && rows <= 320 && has_tma_path(c, arch)) return swap_tile(144, 4);
-  if (has_tma_path(c, arch)) return {128, 256, 64, 2, 1, 4, 90, true};
+  // Past that the TMA kernel's 128 x 256 tile, its down GEMM's y staged in shared memory and
+  // written by the copy engine ("sy": whole lines, 3 stages beside the staging). H200, fp16 y,
+  // against the same tile with y stored from registers (docs/PERF.md 20b, two rounds each):
+  // DeepSeek-V3 T = 16384 24.01 / 24.03 against 24.61 / 24.69 ms, gpumode T = 8192 6.374 /
+  // 6.380 against 6.569 / 6.532 (with fp32 y: 24.67 / 24.48 against 24.93 / 24.95).
+  if (has_tma_path(c, arch)) return staged_y({128, 256, 64, 2, 1, 4, 90, true});
   if (has_wgmma(arch)) return {128, 256, 64, 2, 1, 4, 90};  // warps_m/n count warpgroups
   return {128, 128, 64, 2, 4, 3};
 }
@@ -354,25 +359,24 @@ KernelSpec gemm_spec(const MoeConfig& c, GemmStage stage, const GemmTile& t) {
             "rt_moe::DecodeParams"};
   }
   if (t.gemv) {
-    KernelSpec spec{
-        "grouped_gemv", "grouped_gemv.cuh",
-        fmt::format("rt_moe::GroupedGemv<{}, {}, {}, {}, {}, {}, {}, {}, {}, {}{}>",
-                    dtype_tag(c.dtype), c.d_hidden, c.d_expert, c.n_routed_experts,
-                    c.n_shared_experts, c.top_k, mode_tag(stage), t.block_m, t.warps_m, t.stages,
-                    down_y),
-        "rt_moe::GemmParams"};
+    KernelSpec spec{"grouped_gemv", "grouped_gemv.cuh",
+                    fmt::format("rt_moe::GroupedGemv<{}, {}, {}, {}, {}, {}, {}, {}, {}, {}{}>",
+                                dtype_tag(c.dtype), c.d_hidden, c.d_expert, c.n_routed_experts,
+                                c.n_shared_experts, c.top_k, mode_tag(stage), t.block_m, t.warps_m,
+                                t.stages, down_y),
+                    "rt_moe::GemmParams"};
     // A register cap of 128 a thread: without one, ptxas interleaves the loads with the MMAs and
     // keeps ~3 loads in flight a lane; with it, all of a round's loads go first (SASS checked).
     spec.min_blocks = 512 / (32 * t.warps_m);
     return spec;
   }
   if (t.swap) {
-    KernelSpec spec{"grouped_gemm_sm90_swap", "grouped_gemm_sm90_swap.cuh",
-                    fmt::format("rt_moe::GroupedGemmSm90Swap<{}, {}, {}, {}, {}, {}, {}, {}, {}{}>",
-                                dtype_tag(c.dtype), c.d_hidden, c.d_expert, c.n_routed_experts,
-                                c.n_shared_experts, c.top_k, mode_tag(stage), t.block_m, t.stages,
-                                down_y),
-                    "rt_moe::GemmTmaParams"};
+    KernelSpec spec{
+        "grouped_gemm_sm90_swap", "grouped_gemm_sm90_swap.cuh",
+        fmt::format("rt_moe::GroupedGemmSm90Swap<{}, {}, {}, {}, {}, {}, {}, {}, {}{}>",
+                    dtype_tag(c.dtype), c.d_hidden, c.d_expert, c.n_routed_experts,
+                    c.n_shared_experts, c.top_k, mode_tag(stage), t.block_m, t.stages, down_y),
+        "rt_moe::GemmTmaParams"};
     spec.min_blocks = 1;
     return spec;
   }
@@ -395,12 +399,13 @@ KernelSpec gemm_spec(const MoeConfig& c, GemmStage stage, const GemmTile& t) {
                         t.block_n, t.stages, down_y),
             "rt_moe::GemmParams"};
   }
-  return {"grouped_gemm_sm80", "grouped_gemm_sm80.cuh",
-          fmt::format("rt_moe::GroupedGemmSm80<{}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}{}>",
-                      dtype_tag(c.dtype), c.d_hidden, c.d_expert, c.n_routed_experts,
-                      c.n_shared_experts, c.top_k, mode_tag(stage), t.block_m, t.block_n, t.block_k,
-                      t.warps_m, t.warps_n, t.stages, down_y),
-          "rt_moe::GemmParams"};
+  return {
+      "grouped_gemm_sm80", "grouped_gemm_sm80.cuh",
+      fmt::format("rt_moe::GroupedGemmSm80<{}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}{}>",
+                  dtype_tag(c.dtype), c.d_hidden, c.d_expert, c.n_routed_experts,
+                  c.n_shared_experts, c.top_k, mode_tag(stage), t.block_m, t.block_n, t.block_k,
+                  t.warps_m, t.warps_n, t.stages, down_y),
+      "rt_moe::GemmParams"};
 }
 
 KernelSpec combine_spec(const MoeConfig& c) {

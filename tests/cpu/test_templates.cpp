@@ -81,8 +81,8 @@ TEST_CASE("every sm_90a tuner candidate of the wgmma paths compiles (gpumode sha
   for (const GemmTile& tile : candidate_tiles(c, 8192, "sm_90a", 227 * 1024)) {
     if (tile.sm != 90) continue;
     tma_tiles += tile.ws ? 1 : 0;
-    for (const auto& [config, stage] : {std::pair{c, GemmStage::kGateUp}, {c, GemmStage::kDown},
-                                        {y32, GemmStage::kDown}}) {
+    for (const auto& [config, stage] :
+         {std::pair{c, GemmStage::kGateUp}, {c, GemmStage::kDown}, {y32, GemmStage::kDown}}) {
       const KernelSpec spec = gemm_spec(config, stage, tile);
       INFO(spec.name());
       CHECK(is_elf(compile_for_sm90a(spec)));
@@ -106,10 +106,10 @@ TEST_CASE("the swapped-operand tile: the default from 17 to 64 and 129 to 320 ro
   // (measured on the H200, docs/PERF.md).
   CHECK(default_tile(c, 4096, "sm_90a").describe() == "sm90swap 160x256x64 s4");
   CHECK(default_tile(c, 8192, "sm_90a").describe() == "sm90swap 144x256x64 s4");
-  CHECK(default_tile(c, 9200, "sm_90a").describe() == "sm90ws 128x256x64 wg2 s4");  // 323 rows
+  CHECK(default_tile(c, 9200, "sm_90a").describe() == "sm90ws 128x256x64 wg2 s4 sy");  // 323 rows
   CHECK(default_tile(make_config(7168, 2048, 32, 1, 4, DType::kBF16), 2048, "sm_90a").describe() ==
         "sm90swap 144x256x64 s4");
-  CHECK(default_tile(c, 16384, "sm_90a").describe() == "sm90ws 128x256x64 wg2 s4");
+  CHECK(default_tile(c, 16384, "sm_90a").describe() == "sm90ws 128x256x64 wg2 s4 sy");
   CHECK(default_tile(c, 512, "sm_90a").describe() == "sm90swap 64x256x64 s5");
   CHECK(default_tile(c, 1024, "sm_90a").describe() == "sm90swap 64x256x64 s5");
   // Not on sm_80, nor where the TMA path cannot run (H, I not multiples of 64).
@@ -218,7 +218,8 @@ TEST_CASE("kernel sources differ per shape and tile, and keys with them", "[nvrt
   // y's precision changes the down GEMM and the combine, not the gate/up GEMM.
   MoeConfig y32 = a;
   y32.y_dtype = YDType::kF32;
-  CHECK(gemm_spec(a, GemmStage::kDown, t2).source() != gemm_spec(y32, GemmStage::kDown, t2).source());
+  CHECK(gemm_spec(a, GemmStage::kDown, t2).source() !=
+        gemm_spec(y32, GemmStage::kDown, t2).source());
   CHECK(combine_spec(a).source() != combine_spec(y32).source());
   CHECK(gemm_spec(a, GemmStage::kGateUp, t2).source() ==
         gemm_spec(y32, GemmStage::kGateUp, t2).source());

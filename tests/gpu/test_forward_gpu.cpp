@@ -393,11 +393,14 @@ TEST_CASE("y in fp32 (MoeConfig::y_dtype) on every kernel family that writes it"
   // family's fp32 instance, pinned: the fused decode GEMM (whole and K-half down tiles), the
   // GEMV, mma.sync, the wgmma ring, the TMA kernel (stores from registers and staged) and the
   // swapped kernel. T = 13 for the decode tiles (~5 rows an expert), 1000 for the others.
-  const std::pair<const char*, std::int64_t> tiles[] = {
-      {"fused 16x64x64 w1x4 s8 sdl", 13},     {"fused 16x64x64 w1x4 s8 sdl k2", 13},
-      {"gemv r8 w4 s1", 13},                  {"sm80 64x128x64 w2x2 s4", 1000},
-      {"sm90 128x256x64 wg2x1 s4", 1000},     {"sm90ws 128x256x64 wg2 s4", 1000},
-      {"sm90ws 128x256x64 wg2 s4 sy", 1000}, {"sm90swap 160x256x64 s4", 1000}};
+  const std::pair<const char*, std::int64_t> tiles[] = {{"fused 16x64x64 w1x4 s8 sdl", 13},
+                                                        {"fused 16x64x64 w1x4 s8 sdl k2", 13},
+                                                        {"gemv r8 w4 s1", 13},
+                                                        {"sm80 64x128x64 w2x2 s4", 1000},
+                                                        {"sm90 128x256x64 wg2x1 s4", 1000},
+                                                        {"sm90ws 128x256x64 wg2 s4", 1000},
+                                                        {"sm90ws 128x256x64 wg2 s4 sy", 1000},
+                                                        {"sm90swap 160x256x64 s4", 1000}};
   for (int d = 0; d < 2; ++d) {
     for (const auto& [tile, tokens] : tiles) {
       RuntimeOptions options;

@@ -43,8 +43,8 @@ struct RoutingConfig {
 };
 
 // The precision of y, each routed or shared expert's output times its routing weight, between the
-// down GEMM (which accumulates in fp32) and the combine (which sums a token's k + S of them in fp32,
-// in a fixed order, and rounds once to the dtype):
+// down GEMM (which accumulates in fp32) and the combine (which sums a token's k + S of them in
+// fp32, in a fixed order, and rounds once to the dtype):
 //   kF16 (the default): fp16 of y * 2^-8, the scale undone exactly in the combine: 11
 //     significant bits (half an ulp: 2^-12 of the value), magnitudes up to ~1.7e7 (beyond, inf
 //     in the output: visible, never clipped), and below 2^-6 an absolute step of 2^-16. Half the
