@@ -33,33 +33,26 @@ struct Combine {
     uint4 v[SLOTS];
 #pragma unroll
     for (int s = 0; s < SLOTS; ++s) v[s] = __ldcs(y + (long long)s * kChunks);
-    float acc[kOutputs];
-#pragma unroll
-    for (int i = 0; i < kOutputs; ++i) acc[i] = 0.f;
+    float acc[kOutputs] = {};
 #pragma unroll
     for (int s = 0; s < SLOTS; ++s) {
-      const unsigned w[4] = {v[s].x, v[s].y, v[s].z, v[s].w};
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        if constexpr (kOutputs == 4) {
-          acc[i] += __uint_as_float(w[i]);
-        } else {
-          acc[2 * i] += DTypeOps<F16>::to_float(static_cast<unsigned short>(w[i] & 0xffffu));
-          acc[2 * i + 1] += DTypeOps<F16>::to_float(static_cast<unsigned short>(w[i] >> 16));
-        }
+      float f[kOutputs];
+      if constexpr (kOutputs == 4) {
+        f[0] = __uint_as_float(v[s].x), f[1] = __uint_as_float(v[s].y);
+        f[2] = __uint_as_float(v[s].z), f[3] = __uint_as_float(v[s].w);
+      } else {
+        unpack8<F16>(Vec8{{v[s].x, v[s].y, v[s].z, v[s].w}}, f);
       }
-    }
-    unsigned packed[kOutputs / 2];
 #pragma unroll
-    for (int i = 0; i < kOutputs / 2; ++i) {
-      packed[i] =
-          DTypeOps<D>::pack2(acc[2 * i] * YOps<Y>::kUnscale, acc[2 * i + 1] * YOps<Y>::kUnscale);
+      for (int i = 0; i < kOutputs; ++i) acc[i] += f[i];
     }
+#pragma unroll
+    for (int i = 0; i < kOutputs; ++i) acc[i] *= YOps<Y>::kUnscale;
     if constexpr (kOutputs == 4) {
-      reinterpret_cast<uint2*>(p.out)[index] = make_uint2(packed[0], packed[1]);
+      reinterpret_cast<uint2*>(p.out)[index] =
+          make_uint2(DTypeOps<D>::pack2(acc[0], acc[1]), DTypeOps<D>::pack2(acc[2], acc[3]));
     } else {
-      reinterpret_cast<uint4*>(p.out)[index] =
-          make_uint4(packed[0], packed[1], packed[2], packed[3]);
+      reinterpret_cast<Vec8*>(p.out)[index] = pack8<D>(acc);
     }
   }
 };

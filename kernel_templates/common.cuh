@@ -72,8 +72,8 @@ struct DTypeOps<BF16> {
 // combine turns into an inf output), and below 2^-6, where fp16 is subnormal, an absolute step
 // of 2^-16. (bf16, 8 bits, costs up to half an ulp of the largest slot, 0.0078 for a slot in
 // [2, 4): past the 1e-2 accuracy rule's atol where the slots cancel.) The down GEMMs multiply
-// by scaled(weight) and the combine by kUnscale, both exact (powers of two). Pair: two
-// consecutive elements (an even column and the next), Elem: one.
+// by scaled(weight) (pair_weight) and the combine by kUnscale, both exact (powers of two). Pair:
+// two consecutive elements (an even column and the next), Elem: one.
 template <typename Y>
 struct YOps;
 

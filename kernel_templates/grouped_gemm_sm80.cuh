@@ -203,7 +203,7 @@ struct GroupedGemmSm80 {
         } else {
           const int pair = p.sorted_rows[row];
           if (pair >= 0 && pair / kSlots < p.tokens) {
-            const float weight = YOps<Y>::scaled(pair_weight<K, kSlots>(p, pair));
+            const float weight = pair_weight<K, kSlots, Y>(p, pair);
 #pragma unroll
             for (int ni = 0; ni < kFragsN; ++ni) {
               const int col = n_block * BLOCK_N + warp_n * kWarpN + ni * 8 + (lane % 4) * 2;

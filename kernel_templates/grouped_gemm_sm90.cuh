@@ -225,7 +225,7 @@ struct GroupedGemmSm90 {
       } else {
         const int pair = p.sorted_rows[row];
         if (pair >= 0) {
-          const float weight = YOps<Y>::scaled(pair_weight<K, kSlots>(p, pair));
+          const float weight = pair_weight<K, kSlots, Y>(p, pair);
 #pragma unroll
           for (int j = 0; j < kSlice / 8; ++j) {
             const int col = blockIdx.y * BLOCK_N + wg_n * kSlice + j * 8 + (lane % 4) * 2;

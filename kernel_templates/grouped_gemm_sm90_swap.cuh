@@ -248,7 +248,7 @@ struct GroupedGemmSm90Swap {
         for (int r = tid; r < TOKENS; r += 128 * CONSUMERS) {
           const int pair = g.sorted_rows[m0 + r];
           tile_pairs[r] = pair;
-          tile_weights[r] = pair >= 0 ? YOps<Y>::scaled(pair_weight<K, kSlots>(g, pair)) : 0.f;
+          tile_weights[r] = pair >= 0 ? pair_weight<K, kSlots, Y>(g, pair) : 0.f;
         }
       }
       int release = -1;

@@ -618,7 +618,7 @@ struct GroupedGemmSm90Ws {
           if (MODE == kDown && kt == (kTiles > 1 ? 1 : 0)) {
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
-              if (pairs[h] >= 0) weights[h] = YOps<Y>::scaled(pair_weight<K, kSlots>(g, pairs[h]));
+              if (pairs[h] >= 0) weights[h] = pair_weight<K, kSlots, Y>(g, pairs[h]);
             }
           }
         }

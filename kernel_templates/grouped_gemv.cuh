@@ -186,7 +186,7 @@ struct GroupedGemv {
                 DTypeOps<D>::from_float(silu_mul(acc[n][j], acc[n][2 + j]));
           }
         } else {
-          const float weight = YOps<Y>::scaled(pair_weight<K, kSlots>(p, pair));
+          const float weight = pair_weight<K, kSlots, Y>(p, pair);
           typename YOps<Y>::Elem* y = static_cast<typename YOps<Y>::Elem*>(p.out);
 #pragma unroll
           for (int i = 0; i < 2; ++i) {

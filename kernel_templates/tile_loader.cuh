@@ -17,12 +17,13 @@ namespace rt_moe {
 
 enum GemmMode : int { kGateUp = 0, kDown = 1, kRouter = 2 };
 
-// The routing weight of a (token, slot) pair of the down GEMM's epilogue: the top-k weight of a
-// routed slot, 1 for the shared expert's chunks.
-template <int K, int SLOTS>
+// What the down GEMM's epilogue multiplies a (token, slot) pair's row of y by: its routing weight
+// (the top-k weight of a routed slot, 1 for the shared expert's chunks), scaled for y's element
+// type Y (YOps::scaled).
+template <int K, int SLOTS, typename Y>
 __device__ __forceinline__ float pair_weight(const GemmParams& p, int pair) {
   const int token = pair / SLOTS, slot = pair % SLOTS;
-  return slot < K ? p.topk_weights[(long long)token * K + slot] : 1.f;
+  return YOps<Y>::scaled(slot < K ? p.topk_weights[(long long)token * K + slot] : 1.f);
 }
 
 // Whether all of expert `expert`'s rows (routed pairs, or every token for a shared chunk) fit

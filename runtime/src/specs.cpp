@@ -351,11 +351,10 @@ KernelSpec gemm_spec(const MoeConfig& c, GemmStage stage, const GemmTile& t) {
   if (t.fused) {
     // One kernel for both stages: the plan launches it once (runtime.cpp).
     return {"grouped_gemm_decode", "grouped_gemm_decode.cuh",
-            fmt::format("rt_moe::GroupedGemmDecode<{}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}",
+            fmt::format("rt_moe::GroupedGemmDecode<{}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}{}>",
                         dtype_tag(c.dtype), c.d_hidden, c.d_expert, c.n_routed_experts,
                         c.n_shared_experts, c.top_k, t.block_n, t.warps_n, t.stages,
-                        t.shared_down_last, t.split) +
-                y_argument(c) + ">",
+                        t.shared_down_last, t.split, y_argument(c)),
             "rt_moe::DecodeParams"};
   }
   if (t.gemv) {
