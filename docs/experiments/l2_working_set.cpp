@@ -15,8 +15,13 @@
 //     build/runtime/librt_moe.a build/tools/presets/librt_moe_presets.a
 //     build/cache/librt_moe_cache.a build/kernel_templates/librt_moe_templates.a
 //     build/librt_moe_base.a -ldl -lpthread -L/usr/local/cuda/lib64 -lnvrtc -o l2_working_set
-// Run: ./l2_working_set [T] [band] [r|e] [spread] (defaults 16384, 8, r, 0.05): "e" gives every
-// tile two units (as if a warpgroup of padding multiplied too), spread the random +- on lengths.
+// Run: ./l2_working_set [T] [band] [r|e] [spread] [s|p|c|v] (defaults 16384, 8, r, 0.05, s): "e" gives
+// every tile two units (as if a warpgroup of padding multiplied too, as main does since 18defa3),
+// spread the random +- on lengths; "p" models CTA pairs (the c2 tiles, docs/PERF.md 21c): 66 and
+// 33 clusters, each taking a unit of two row blocks (tile_order.h with unit 2) in lockstep, a
+// tile as long as its longer row block's, each K step reading both row blocks' A chunks and the
+// B chunk of each distinct expert of the two (one read when they share it: the multicast); "c"
+// and "v" are pairs under other orders and layouts (below).
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -65,6 +70,14 @@ int main(int argc, char** argv) {
   const bool equal =
       argc > 3 && argv[3][0] == 'e';  // "e": every tile 2 units (padding WGs multiply too)
   const double spread = argc > 4 ? atof(argv[4]) : 0.05;  // +- this much at random
+  const bool pairs = argc > 5 && (argv[5][0] == 'p' || argv[5][0] == 'c' || argv[5][0] == 'v');
+  // "c": pairs in chained bands (a model of an order, not tile_order.h's): a band ends where a
+  // unit starts an expert's row blocks (no unit holds two experts across it) or at `band` units.
+  const bool chained = argc > 5 && argv[5][0] == 'c';
+  // "v": pairs over a layout that pads every expert to an even number of row blocks (an all-padding
+  // block for the odd ones), so that no unit holds two experts.
+  const bool even_layout = argc > 5 && argv[5][0] == 'v';
+  const int unit = pairs ? 2 : 1;
   MoeConfig c = preset("deepseek-v3").moe;
   const int E = int(c.n_routed_experts);
   std::vector<long long> counts = bench_expert_counts(c, T);
@@ -74,24 +87,27 @@ int main(int argc, char** argv) {
   std::vector<int> padded_offsets(E + 2, 0), block_expert;
   std::vector<int> block_rows;  // rows with a pair in each row block
   for (int e = 0; e <= E; ++e) {
-    const long long blocks = (counts[e] + kBlockM - 1) / kBlockM;
+    long long blocks = (counts[e] + kBlockM - 1) / kBlockM;
+    if (even_layout) blocks += blocks % 2;
     padded_offsets[e + 1] = padded_offsets[e] + int(blocks * kBlockM);
     for (long long b = 0; b < blocks; ++b) {
       block_expert.push_back(e);
-      block_rows.push_back(int(std::min<long long>(kBlockM, counts[e] - b * kBlockM)));
+      block_rows.push_back(int(std::clamp<long long>(counts[e] - b * kBlockM, 0, kBlockM)));
     }
   }
   const int num_blocks = int(block_expert.size());
-  const long long tiles = (long long)num_blocks * kColBlocks;
+  const int num_units = (num_blocks + unit - 1) / unit;
+  const long long tiles = (long long)num_units * kColBlocks;
   const long long b_chunks_base = (long long)num_blocks * kKSteps;
   const long long half =
       std::count_if(block_rows.begin(), block_rows.end(), [](int rows) { return rows <= 64; });
   std::printf(
       "T=%lld: %d row blocks (%lld of 64 rows or fewer: one consumer warpgroup), %lld "
-      "tiles, band %d, %s tiles, +-%.0f%%\n",
-      T, num_blocks, half, tiles, band, equal ? "equal" : "half-length 64-row", 100 * spread);
+      "tiles, band %d, %s tiles, +-%.0f%%%s\n",
+      T, num_blocks, half, tiles, band, equal ? "equal" : "half-length 64-row", 100 * spread,
+      pairs ? ", CTA pairs (units of two row blocks; counts are clusters)" : "");
 
-  for (int ctas : {132, 66}) {
+  for (int ctas : pairs ? std::vector<int>{66, 33} : std::vector<int>{132, 66}) {
     // Hand the tiles out in order to the CTA that frees first.
     std::mt19937 rng(7);
     std::uniform_real_distribution<double> jitter(1.0 - spread, 1.0 + spread);
@@ -100,20 +116,46 @@ int main(int argc, char** argv) {
     for (int i = 0; i < ctas; ++i) free_at.push({0.0, i});
     std::vector<Event> events;
     events.reserve(std::size_t(tiles) * kKSteps * 2);
+    // Chained bands: [band_start[i], band_start[i + 1]) units.
+    std::vector<int> band_start = {0};
+    for (int u = 1; u < num_units && chained; ++u) {
+      const int e = block_expert[2 * u];
+      const bool clean = padded_offsets[e] / kBlockM == 2 * u;
+      if (clean || u - band_start.back() >= band) band_start.push_back(u);
+    }
+    band_start.push_back(num_units);
+    std::size_t chain = 0;
     for (long long tile = 0; tile < tiles; ++tile) {
-      const BandTile b = band_tile(int(tile), kColBlocks, band, num_blocks, block_expert.data(),
-                                   padded_offsets.data(), kBlockM);
-      const int rows = block_rows[b.m_block];
-      const double length = (equal || rows > 64 ? 2.0 : 1.0) * jitter(rng);
+      BandTile b = chained ? BandTile{}
+                           : band_tile(int(tile), kColBlocks, band, num_units, block_expert.data(),
+                                       padded_offsets.data(), kBlockM, unit);
+      if (chained) {
+        while ((long long)band_start[chain + 1] * kColBlocks <= tile) ++chain;
+        const int rows_in_band = band_start[chain + 1] - band_start[chain];
+        const long long local = tile - (long long)band_start[chain] * kColBlocks;
+        b.n_block = int(local / rows_in_band);
+        b.m_block = 2 * (band_start[chain] + int(local % rows_in_band));
+        b.expert = block_expert[b.m_block];
+      }
+      // The unit's row blocks (one, or two for a pair; a missing last block has no rows).
+      int m[2] = {b.m_block, b.m_block + 1}, rows[2] = {block_rows[b.m_block], 0};
+      const int blocks = pairs && m[1] < num_blocks ? 2 : 1;
+      if (blocks == 2) rows[1] = block_rows[m[1]];
+      const int longest = std::max(rows[0], rows[1]);
+      const double length = (equal || longest > 64 ? 2.0 : 1.0) * jitter(rng);
       auto [start, cta] = free_at.top();
       free_at.pop();
       free_at.push({start + length, cta});
       for (int s = 0; s < kKSteps; ++s) {
         const double t = start + length * (s + 0.5) / kKSteps;
-        events.push_back({t, (long long)b.m_block * kKSteps + s, rows * 128.0, false});
-        events.push_back(
-            {t, b_chunks_base + ((long long)b.expert * kColBlocks + b.n_block) * kKSteps + s,
-             kWeightChunk, true});
+        for (int i = 0; i < blocks; ++i) {
+          events.push_back({t, (long long)m[i] * kKSteps + s, rows[i] * 128.0, false});
+          const int expert = block_expert[m[i]];
+          if (i == 1 && expert == block_expert[m[0]]) continue;  // multicast: read once
+          events.push_back(
+              {t, b_chunks_base + ((long long)expert * kColBlocks + b.n_block) * kKSteps + s,
+               kWeightChunk, true});
+        }
       }
     }
     std::stable_sort(events.begin(), events.end(),
