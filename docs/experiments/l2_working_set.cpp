@@ -15,7 +15,8 @@
 //     build/runtime/librt_moe.a build/tools/presets/librt_moe_presets.a
 //     build/cache/librt_moe_cache.a build/kernel_templates/librt_moe_templates.a
 //     build/librt_moe_base.a -ldl -lpthread -L/usr/local/cuda/lib64 -lnvrtc -o l2_working_set
-// Run: ./l2_working_set [T] [band] [r|e] [spread] [s|p|c|v] (defaults 16384, 8, r, 0.05, s): "e" gives
+// Run: ./l2_working_set [T] [band] [r|e] [spread] [s|p|c|v] [preset] (defaults 16384, 8, r, 0.05,
+// s, deepseek-v3; gpumode-moe has the same H and I): "e" gives
 // every tile two units (as if a warpgroup of padding multiplied too, as main does since 18defa3),
 // spread the random +- on lengths; "p" models CTA pairs (the c2 tiles, docs/PERF.md 21c): 66 and
 // 33 clusters, each taking a unit of two row blocks (tile_order.h with unit 2) in lockstep, a
@@ -78,7 +79,12 @@ int main(int argc, char** argv) {
   // block for the odd ones), so that no unit holds two experts.
   const bool even_layout = argc > 5 && argv[5][0] == 'v';
   const int unit = pairs ? 2 : 1;
-  MoeConfig c = preset("deepseek-v3").moe;
+  // A preset of H = 7168 and I = 2048 (the constants above): deepseek-v3 or gpumode-moe.
+  MoeConfig c = preset(argc > 6 ? argv[6] : "deepseek-v3").moe;
+  if (c.d_hidden != 7168 || c.d_expert != 2048) {
+    std::fprintf(stderr, "l2_working_set: the model's constants are for H = 7168, I = 2048\n");
+    return 1;
+  }
   const int E = int(c.n_routed_experts);
   std::vector<long long> counts = bench_expert_counts(c, T);
   counts.push_back(T);  // the shared expert's chunk: every token
