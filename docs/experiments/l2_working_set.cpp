@@ -16,9 +16,9 @@
 //     build/cache/librt_moe_cache.a build/kernel_templates/librt_moe_templates.a
 //     build/librt_moe_base.a -ldl -lpthread -L/usr/local/cuda/lib64 -lnvrtc -o l2_working_set
 // Run: ./l2_working_set [T] [band] [r|e] [spread] [s|p|c|v] [preset] (defaults 16384, 8, r, 0.05,
-// s, deepseek-v3; gpumode-moe has the same H and I): "e" gives
-// every tile two units (as if a warpgroup of padding multiplied too, as main does since 18defa3),
-// spread the random +- on lengths; "p" models CTA pairs (the c2 tiles, docs/PERF.md 21c): 66 and
+// s, deepseek-v3; gpumode-moe has the same H and I): "e" gives every tile two units (as if a
+// warpgroup of padding multiplied too, as main does since 18defa3), spread the random +- on
+// lengths; "p" models CTA pairs (the c2 tiles, docs/PERF.md 21c): 66 and
 // 33 clusters, each taking a unit of two row blocks (tile_order.h with unit 2) in lockstep, a
 // tile as long as its longer row block's, each K step reading both row blocks' A chunks and the
 // B chunk of each distinct expert of the two (one read when they share it: the multicast); "c"
@@ -113,6 +113,15 @@ int main(int argc, char** argv) {
       T, num_blocks, half, tiles, band, equal ? "equal" : "half-length 64-row", 100 * spread,
       pairs ? ", CTA pairs (units of two row blocks; counts are clusters)" : "");
 
+  // Chained bands: [band_start[i], band_start[i + 1]) units.
+  std::vector<int> band_start = {0};
+  for (int u = 1; u < num_units && chained; ++u) {
+    const int e = block_expert[2 * u];
+    const bool clean = padded_offsets[e] / kBlockM == 2 * u;
+    if (clean || u - band_start.back() >= band) band_start.push_back(u);
+  }
+  band_start.push_back(num_units);
+
   for (int ctas : pairs ? std::vector<int>{66, 33} : std::vector<int>{132, 66}) {
     // Hand the tiles out in order to the CTA that frees first.
     std::mt19937 rng(7);
@@ -122,14 +131,6 @@ int main(int argc, char** argv) {
     for (int i = 0; i < ctas; ++i) free_at.push({0.0, i});
     std::vector<Event> events;
     events.reserve(std::size_t(tiles) * kKSteps * 2);
-    // Chained bands: [band_start[i], band_start[i + 1]) units.
-    std::vector<int> band_start = {0};
-    for (int u = 1; u < num_units && chained; ++u) {
-      const int e = block_expert[2 * u];
-      const bool clean = padded_offsets[e] / kBlockM == 2 * u;
-      if (clean || u - band_start.back() >= band) band_start.push_back(u);
-    }
-    band_start.push_back(num_units);
     std::size_t chain = 0;
     for (long long tile = 0; tile < tiles; ++tile) {
       BandTile b = chained ? BandTile{}
