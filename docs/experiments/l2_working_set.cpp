@@ -18,11 +18,11 @@
 // Run: ./l2_working_set [T] [band] [r|e] [spread] [s|p|c|v] [preset] (defaults 16384, 8, r, 0.05,
 // s, deepseek-v3; gpumode-moe has the same H and I): "e" gives every tile two units (as if a
 // warpgroup of padding multiplied too, as main does since 18defa3), spread the random +- on
-// lengths; "p" models CTA pairs (the c2 tiles, docs/PERF.md 21c): 66 and
-// 33 clusters, each taking a unit of two row blocks (tile_order.h with unit 2) in lockstep, a
-// tile as long as its longer row block's, each K step reading both row blocks' A chunks and the
-// B chunk of each distinct expert of the two (one read when they share it: the multicast); "c"
-// and "v" are pairs under other orders and layouts (below).
+// lengths; "p" models CTA pairs (the c2 tiles, docs/PERF.md 21c): 66 and 33 clusters, each
+// taking a unit of two row blocks (tile_order.h with unit 2) in lockstep, a tile as long as its
+// longer row block's, each K step reading both row blocks' A chunks and the B chunk of each
+// distinct expert of the two (one read when they share it: the multicast); "c" and "v" are pairs
+// under other orders and layouts (below).
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
