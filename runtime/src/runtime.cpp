@@ -21,8 +21,12 @@
 namespace rt_moe {
 namespace {
 
-// Row blocks per band of the TMA GEMMs' tile order (see LaunchPlan::tile_band).
-constexpr int kDefaultTileBand = 8;
+// Row blocks per band of the TMA GEMMs' tile order (see LaunchPlan::tile_band). 12 rather than 8:
+// a band of 8 cuts an expert of 9-12 row blocks (gpumode bench 2, ~8.5) in two, and the second
+// band's tiles read the expert's weight tiles again (docs/PERF.md 21d's model: 4.31 GB from DRAM
+// at band 8, 3.52 at 12). H200, bf16, three runs (22d): gpumode T = 8192 6.2073-6.2175 ms at 12
+// against 6.2453-6.2492 at 8; DeepSeek-V3 T = 16384 (~4.5 row blocks an expert) the same.
+constexpr int kDefaultTileBand = 12;
 constexpr int kMaxTileBand = 1 << 20;
 
 bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }

@@ -57,7 +57,7 @@ struct RuntimeOptions {
   // benchmarks and tests.
   std::string tile;
   // Row blocks per band of the tile order of the persistent (sm90ws) grouped GEMMs: the blocks
-  // that read one weight tile are at most this many consecutive tiles. 0: the default (8). Any
+  // that read one weight tile are at most this many consecutive tiles. 0: the default (12). Any
   // value computes the same result; for benchmarks. Negative: Error(kInvalidArgument).
   int tile_band = 0;
 };
