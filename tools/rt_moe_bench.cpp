@@ -159,6 +159,9 @@ struct TokenResult {
   std::int64_t tokens = 0;
   std::string plan;
   double graph_ms = 0;  // median of the forward captured once in a CUDA graph and replayed
+  // Host time of one enqueue (median over the timed runs): forward() and cuGraphLaunch. When it
+  // exceeds the GPU time of what is queued before it, the GPU waits and the events count it.
+  double enqueue_ms = 0, graph_enqueue_ms = 0;
   double route_ms = 0;  // median of the routing stages alone (MoeRuntime::route)
   double tuned_ms = 0;  // with --tune: a tuning runtime's median (0: not measured)
   std::string tuned_plan;
@@ -188,12 +191,18 @@ std::int64_t distinct_experts(MoeRuntime& moe) {
 // steps sees (no host launch cost between the stages). L2 flushed before each replay.
 double time_graph_ms(MoeRuntime& moe, const driver::DeviceBuffer& x_dev,
                      driver::DeviceBuffer& out_dev, std::int64_t tokens, const Options& options,
-                     L2Flush& flush, CUstream stream) {
+                     L2Flush& flush, CUstream stream, double& enqueue_ms) {
   const driver::GraphExec exec = test::capture_forward(moe, x_dev, out_dev, tokens, stream,
                                                        CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);
   RT_MOE_CALL(cuGraphLaunch, exec.get(), stream);  // warm-up
-  return median(time_events_ms(stream, options.iters, &flush,
-                               [&] { RT_MOE_CALL(cuGraphLaunch, exec.get(), stream); }));
+  std::vector<double> host_ms;
+  const double ms = median(time_events_ms(stream, options.iters, &flush, [&] {
+    const Clock::time_point start = Clock::now();
+    RT_MOE_CALL(cuGraphLaunch, exec.get(), stream);
+    host_ms.push_back(seconds_since(start) * 1e3);
+  }));
+  enqueue_ms = median(host_ms);
+  return ms;
 }
 
 TokenResult bench_tokens(MoeRuntime& moe, const test::HostWeights* weights, std::int64_t tokens,
@@ -228,13 +237,18 @@ TokenResult bench_tokens(MoeRuntime& moe, const test::HostWeights* weights, std:
     }
   }
 
+  std::vector<double> host_ms;
   const std::vector<double> ms = time_events_ms(stream, options.iters, &flush, [&] {
+    const Clock::time_point enqueue = Clock::now();
     moe.forward(x_dev.as<const void>(), out_dev.as<void>(), tokens, stream);
+    host_ms.push_back(seconds_since(enqueue) * 1e3);
   });
+  r.enqueue_ms = median(host_ms);
   r.ms = median(ms);
   r.ms_min = *std::min_element(ms.begin(), ms.end());
   r.ms_max = *std::max_element(ms.begin(), ms.end());
-  r.graph_ms = time_graph_ms(moe, x_dev, out_dev, tokens, options, flush, stream);
+  r.graph_ms =
+      time_graph_ms(moe, x_dev, out_dev, tokens, options, flush, stream, r.graph_enqueue_ms);
   r.route_ms = median(time_events_ms(stream, options.iters, &flush,
                                      [&] { moe.route(x_dev.as<const void>(), tokens, stream); }));
   if (options.profile) {
@@ -284,6 +298,8 @@ json result_json(const TokenResult& r) {
             {"first_forward_s", r.first_forward_s},
             {"ms_median", r.ms},
             {"graph_ms_median", r.graph_ms},
+            {"enqueue_host_ms_median", r.enqueue_ms},
+            {"graph_enqueue_host_ms_median", r.graph_enqueue_ms},
             {"route_ms_median", r.route_ms},
             {"tuned_ms_median", r.tuned_ms},
             {"tuned_plan", r.tuned_plan},
@@ -464,10 +480,12 @@ int bench(const Options& options) {
     results.push_back(
         bench_tokens(moe, host_weights.get(), tokens, options, hbm, gemm, flush, stream.get()));
     const TokenResult& r = results.back();
-    std::printf("T=%lld: %s; experts hit %lld of %lld; first forward %.3f s%s%s\n",
-                (long long)tokens, r.plan.c_str(), (long long)r.experts_hit,
-                (long long)config.n_routed_experts, r.first_forward_s, r.checked ? "; check: " : "",
-                r.checked ? r.check.comparison.describe().c_str() : "");
+    std::printf(
+        "T=%lld: %s; experts hit %lld of %lld; first forward %.3f s; enqueue (host) %.3f ms, "
+        "graph launch (host) %.3f ms%s%s\n",
+        (long long)tokens, r.plan.c_str(), (long long)r.experts_hit,
+        (long long)config.n_routed_experts, r.first_forward_s, r.enqueue_ms, r.graph_enqueue_ms,
+        r.checked ? "; check: " : "", r.checked ? r.check.comparison.describe().c_str() : "");
     std::fflush(stdout);
     for (Variant& v : variants) {
       double ms = std::nan("");
