@@ -68,6 +68,7 @@ struct Options {
   std::string tile;   // pin the grouped GEMM tile (RuntimeOptions::tile)
   bool launch_timing = true;
   bool profile = false;    // one more forward per T between cuProfilerStart and cuProfilerStop
+  bool balanced = false;   // inputs that route every expert T k / E tokens (balance_activations)
   std::vector<int> bands;  // also time every T with each RuntimeOptions::tile_band
   std::vector<std::string> compare_tiles;  // also time every T with each pinned tile
 };
@@ -211,7 +212,8 @@ TokenResult bench_tokens(MoeRuntime& moe, const test::HostWeights* weights, std:
   const MoeConfig& c = moe.config();
   TokenResult r;
   r.tokens = tokens;
-  const std::vector<std::uint16_t> x = test::random_activations(c, tokens, 1000 + tokens);
+  std::vector<std::uint16_t> x = test::random_activations(c, tokens, 1000 + tokens);
+  if (options.balanced) test::balance_activations(c, x, tokens);
   const driver::DeviceBuffer x_dev = test::upload(x);
   driver::DeviceBuffer out_dev(std::max<std::size_t>(16, std::size_t(tokens) * c.d_hidden * 2));
 
@@ -427,10 +429,14 @@ int bench(const Options& options) {
   Clock::time_point start = Clock::now();
   std::unique_ptr<test::HostWeights> host_weights =
       std::make_unique<test::HostWeights>(test::random_weights(config, kWeightSeed));
+  if (options.balanced) test::balance_router(config, *host_weights);
   const test::DeviceWeights weights = test::upload(*host_weights);
   if (!options.check) host_weights.reset();  // tens of GB for the large models
   std::fprintf(stderr, "weights: random (reference scales), generated and uploaded in %.1f s\n",
                seconds_since(start));
+  if (options.balanced) {
+    std::printf("routing: balanced (token t to experts (t k + j) mod E, j < k, equal weights)\n");
+  }
 
   // The heuristic tiles, whatever the tuning store holds; --tune compares a tuning runtime below.
   RuntimeOptions heuristic_options;
@@ -576,6 +582,7 @@ int bench(const Options& options) {
                 {"iters", options.iters},
                 {"warmup", options.warmup},
                 {"steady_ms", options.steady_ms},
+                {"balanced_routing", options.balanced},
                 {"ceilings",
                  {{"hbm_read_bytes_per_s", hbm.value},
                   {"hbm_read_measured", hbm.measured},
@@ -648,6 +655,10 @@ int main(int argc, char** argv) {
                  "counts, as a PNG file");
   app.add_flag("!--no-launch-timing", options.launch_timing,
                "Skip timing forward()'s host enqueue cost at T = 1");
+  app.add_flag("--balanced-routing", options.balanced,
+               "Inputs that route every expert T k / E tokens (token t to experts (t k + j) mod E, "
+               "equal weights): the router's rows become unit vectors and x's first E elements "
+               "pick the experts; the work of a balanced batched GEMM, to compare with cuBLAS");
   app.add_flag("--profile", options.profile,
                "After timing each T, run one more forward (L2 flushed) between cuProfilerStart "
                "and cuProfilerStop, for `ncu --profile-from-start off` (in the --tune and --band "

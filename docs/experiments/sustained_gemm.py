@@ -10,7 +10,9 @@ each and prints the rate of the first windows, the median and the last, for:
   - grouped: the DeepSeek-V3 expert GEMMs at T = 16384 and 4096 with every expert given the same
     rows (T k / E), as batched products (torch.bmm), plus the shared expert's dense products: what
     cuBLAS does on the same shapes with perfect balance and no gather;
-  - race: 8 experts, top-4, T = 16384 (8192 rows an expert).
+  - race: 8 experts, top-4, T = 16384 (8192 rows an expert);
+  - gpumode bench 1 and 2 (32 experts, top-4, one shared; T = 2048 and 8192) balanced likewise,
+    to set beside rt_moe_bench --balanced-routing.
 Usage: sustained_gemm.py [SECONDS] (default 2).
 """
 import statistics
@@ -91,4 +93,6 @@ dense()
 grouped("DeepSeek-V3 T=16384 (512 rows x 256)", 256, 512, 16384)
 grouped("DeepSeek-V3 T=4096 (128 rows x 256)", 256, 128, 4096)
 grouped("race T=16384 (8192 rows x 8)", 8, 8192, 0)
+grouped("gpumode bench 1 T=2048 (256 rows x 32)", 32, 256, 2048)
+grouped("gpumode bench 2 T=8192 (1024 rows x 32)", 32, 1024, 8192)
 dense()

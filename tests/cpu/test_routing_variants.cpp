@@ -7,11 +7,13 @@
 #include <cmath>
 #include <cstdint>
 #include <numeric>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "reference.h"
 #include "rt_moe/error.h"
+#include "rt_moe/presets.h"
 #include "tiny_routing.h"
 
 namespace rt_moe::test {
@@ -419,6 +421,44 @@ TEST_CASE(
   const Routing f = reference_routing(flat, x, w.router, tokens, w.router_bias);
   CHECK(f.ids != r.ids);
   CHECK(check_routing(c, r, f.ids, f.weights) != "");
+}
+
+TEST_CASE("balanced routing inputs route every expert T k / E tokens (DeepSeek-V3, gpumode)") {
+  // The benchmark's --balanced-routing (balance_router, balance_activations): token t to experts
+  // (t k + j) mod E with equal weights, through each preset's own routing (DeepSeek-V3: sigmoid,
+  // correction bias, 8 groups keep 4, renormalised, x2.5; gpumode: softmax top-4).
+  for (const char* name : {"deepseek-v3", "gpumode-moe"}) {
+    const MoeConfig c = preset(name).moe;
+    const std::int64_t E = c.n_routed_experts, k = c.top_k, tokens = 2 * E / k + 3;
+    HostWeights w;
+    w.router.assign(std::size_t(E * c.d_hidden), 0);
+    w.router_bias.assign(std::size_t(E), 0.f);
+    for (std::int64_t e = 0; e < E; ++e) w.router_bias[std::size_t(e)] = 0.01f * float(e % 7 - 3);
+    balance_router(c, w);
+    std::vector<std::uint16_t> x = random_activations(c, tokens, 5);
+    balance_activations(c, x, tokens);
+    const Routing r = reference_routing(c, x, w.router, tokens, w.router_bias);
+    std::vector<int> counts(std::size_t(E), 0);
+    for (std::int64_t t = 0; t < tokens; ++t) {
+      std::vector<std::int32_t> want, got(r.ids.begin() + t * k, r.ids.begin() + (t + 1) * k);
+      for (std::int64_t j = 0; j < k; ++j) want.push_back(std::int32_t((t * k + j) % E));
+      std::sort(want.begin(), want.end());
+      std::sort(got.begin(), got.end());
+      INFO(name << ", token " << t);
+      CHECK(got == want);
+      for (std::int64_t j = 0; j < k; ++j) {
+        CHECK(r.weights[std::size_t(t * k + j)] == r.weights[std::size_t(t * k)]);  // equal
+        ++counts[std::size_t(got[std::size_t(j)])];
+      }
+    }
+    // 2 E / k + 3 tokens: every expert twice, the first 3 k once more.
+    for (std::int64_t e = 0; e < E; ++e) CHECK(counts[std::size_t(e)] == (e < 3 * k ? 3 : 2));
+  }
+  // H < E cannot give each expert its own element of x.
+  MoeConfig narrow = make_config(64, 64, 128, 0, 2, DType::kBF16);
+  HostWeights w;
+  w.router.assign(128 * 64, 0);
+  CHECK_THROWS_AS(balance_router(narrow, w), std::invalid_argument);
 }
 
 }  // namespace rt_moe::test

@@ -1,6 +1,8 @@
 // fp16/bf16 conversion and the counter-based random data of the CPU reference (reference.h).
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <stdexcept>
 
 #include "host_parallel.h"
 #include "host_simd.h"
@@ -158,6 +160,27 @@ std::vector<std::uint16_t> random_activations(const MoeConfig& config, std::int6
                                               std::uint64_t seed) {
   config.validate();
   return random_tensor(config.dtype, tokens * config.d_hidden, 1.0f, derive_seed(seed, 7));
+}
+
+void balance_router(const MoeConfig& config, HostWeights& weights) {
+  const std::int64_t E = config.n_routed_experts, H = config.d_hidden;
+  if (H < E) throw std::invalid_argument("balanced routing needs d_hidden >= n_routed_experts");
+  const std::uint16_t zero = float_to_bits(config.dtype, 0.f),
+                      one = float_to_bits(config.dtype, 1.f);
+  std::fill(weights.router.begin(), weights.router.end(), zero);
+  for (std::int64_t e = 0; e < E; ++e) weights.router[std::size_t(e * H + e)] = one;
+}
+
+void balance_activations(const MoeConfig& config, std::span<std::uint16_t> x, std::int64_t tokens) {
+  const std::int64_t E = config.n_routed_experts, H = config.d_hidden, k = config.top_k;
+  if (H < E) throw std::invalid_argument("balanced routing needs d_hidden >= n_routed_experts");
+  const std::uint16_t high = float_to_bits(config.dtype, 8.f),
+                      low = float_to_bits(config.dtype, -8.f);
+  for (std::int64_t t = 0; t < tokens; ++t) {
+    std::uint16_t* row = x.data() + t * H;
+    std::fill(row, row + E, low);
+    for (std::int64_t j = 0; j < k; ++j) row[(t * k + j) % E] = high;
+  }
 }
 
 }  // namespace rt_moe::test

@@ -56,6 +56,16 @@ HostWeights random_weights(const MoeConfig& config, std::uint64_t seed);
 std::vector<std::uint16_t> random_activations(const MoeConfig& config, std::int64_t tokens,
                                               std::uint64_t seed);  // [T, H] ~ randn
 
+// Balanced routing, for benchmarks: every expert receives T k / E rows (where E divides T k), the
+// work cuBLAS's batched GEMMs see. Token t goes to the k experts (t k + j) mod E, j < k, all of
+// equal weight: balance_router makes router row e the unit vector on x's element e, and
+// balance_activations sets x's first E elements of each token to +8 for its experts and -8 for
+// the others (the rest of x stays as it was), so each chosen logit leads the others by 16. Needs
+// H >= E; with group-limited routing, the k consecutive experts must lie in kept groups
+// (DeepSeek-V3: 8 of one group of 32).
+void balance_router(const MoeConfig& config, HostWeights& weights);
+void balance_activations(const MoeConfig& config, std::span<std::uint16_t> x, std::int64_t tokens);
+
 // A layer of shape (H, I, E, S, k) with the reference's default routing.
 inline MoeConfig make_config(std::int64_t H, std::int64_t I, std::int64_t E, std::int64_t S,
                              std::int64_t k, DType dtype) {
