@@ -15,8 +15,9 @@
 //     build/runtime/librt_moe.a build/tools/presets/librt_moe_presets.a
 //     build/cache/librt_moe_cache.a build/kernel_templates/librt_moe_templates.a
 //     build/librt_moe_base.a -ldl -lpthread -L/usr/local/cuda/lib64 -lnvrtc -o l2_working_set
-// Run: ./l2_working_set [T] [band] [r|e] [spread] [s|p|c|v] [preset] (defaults 16384, 8, r, 0.05,
-// s, deepseek-v3; gpumode-moe has the same H and I): "e" gives every tile two units (as if a
+// Run: ./l2_working_set [T] [band] [r|e] [spread] [s|p|c|v] [preset] [r|b] (defaults 16384, 8, r,
+// 0.05, s, deepseek-v3, r; gpumode-moe has the same H and I; "b": balanced routing, T k / E rows an
+// expert, as rt_moe_bench --balanced-routing): "e" gives every tile two units (as if a
 // warpgroup of padding multiplied too, as main does since 18defa3), spread the random +- on
 // lengths; "p" models CTA pairs (the c2 tiles, docs/PERF.md 21c): 66 and 33 clusters, each
 // taking a unit of two row blocks (tile_order.h with unit 2) in lockstep, a tile as long as its
@@ -86,7 +87,11 @@ int main(int argc, char** argv) {
     return 1;
   }
   const int E = int(c.n_routed_experts);
-  std::vector<long long> counts = bench_expert_counts(c, T);
+  // "b" (7th argument): the balanced routing of rt_moe_bench --balanced-routing, T k / E rows an
+  // expert; else the bench's random inputs' routing.
+  const bool balanced = argc > 7 && argv[7][0] == 'b';
+  std::vector<long long> counts = balanced ? std::vector<long long>(std::size_t(E), T * c.top_k / E)
+                                           : bench_expert_counts(c, T);
   counts.push_back(T);  // the shared expert's chunk: every token
 
   // The sorted layout: experts' rows padded to 128, routed experts first (Offsets).
