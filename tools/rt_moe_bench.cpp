@@ -163,6 +163,9 @@ struct TokenResult {
   // Host time of one enqueue (median over the timed runs): forward() and cuGraphLaunch. When it
   // exceeds the GPU time of what is queued before it, the GPU waits and the events count it.
   double enqueue_ms = 0, graph_enqueue_ms = 0;
+  // With --check: the graph's last replay wrote the same output as a stream forward, bit for bit
+  // (the forward is deterministic, REFERENCE.md section 2).
+  bool graph_identical = true;
   double route_ms = 0;  // median of the routing stages alone (MoeRuntime::route)
   double tuned_ms = 0;  // with --tune: a tuning runtime's median (0: not measured)
   std::string tuned_plan;
@@ -189,10 +192,12 @@ std::int64_t distinct_experts(MoeRuntime& moe) {
 }
 
 // The forward captured once in a CUDA graph and replayed: what a server that graphs its decode
-// steps sees (no host launch cost between the stages). L2 flushed before each replay.
+// steps sees (no host launch cost between the stages). L2 flushed before each replay. With
+// `replayed`, the last replay's output is downloaded into it.
 double time_graph_ms(MoeRuntime& moe, const driver::DeviceBuffer& x_dev,
                      driver::DeviceBuffer& out_dev, std::int64_t tokens, const Options& options,
-                     L2Flush& flush, CUstream stream, double& enqueue_ms) {
+                     L2Flush& flush, CUstream stream, double& enqueue_ms,
+                     std::vector<std::uint16_t>* replayed) {
   const driver::GraphExec exec = test::capture_forward(moe, x_dev, out_dev, tokens, stream,
                                                        CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);
   RT_MOE_CALL(cuGraphLaunch, exec.get(), stream);  // warm-up
@@ -203,6 +208,10 @@ double time_graph_ms(MoeRuntime& moe, const driver::DeviceBuffer& x_dev,
     host_ms.push_back(seconds_since(start) * 1e3);
   }));
   enqueue_ms = median(host_ms);
+  if (replayed != nullptr) {
+    replayed->resize(std::size_t(tokens) * moe.config().d_hidden);
+    out_dev.download(replayed->data(), replayed->size() * 2);
+  }
   return ms;
 }
 
@@ -249,8 +258,9 @@ TokenResult bench_tokens(MoeRuntime& moe, const test::HostWeights* weights, std:
   r.ms = median(ms);
   r.ms_min = *std::min_element(ms.begin(), ms.end());
   r.ms_max = *std::max_element(ms.begin(), ms.end());
-  r.graph_ms =
-      time_graph_ms(moe, x_dev, out_dev, tokens, options, flush, stream, r.graph_enqueue_ms);
+  std::vector<std::uint16_t> replayed;  // with --check: the graph's output
+  r.graph_ms = time_graph_ms(moe, x_dev, out_dev, tokens, options, flush, stream,
+                             r.graph_enqueue_ms, weights != nullptr ? &replayed : nullptr);
   r.route_ms = median(time_events_ms(stream, options.iters, &flush,
                                      [&] { moe.route(x_dev.as<const void>(), tokens, stream); }));
   if (options.profile) {
@@ -285,13 +295,15 @@ TokenResult bench_tokens(MoeRuntime& moe, const test::HostWeights* weights, std:
     r.checked = true;
     const test::ForwardRun run = test::run_forward(moe, x_dev, out_dev, tokens, stream);
     r.check = test::check_outputs(c, *weights, x, tokens, run);
+    r.graph_identical = replayed == run.out;
   }
   return r;
 }
 
 std::string check_cell(const TokenResult& r) {
   if (!r.checked) return "-";
-  return fmt::format("{} {:.1e}", r.check.pass() ? "PASS" : "FAIL", r.check.comparison.rel_l2);
+  return fmt::format("{} {:.1e}{}", r.check.pass() ? "PASS" : "FAIL", r.check.comparison.rel_l2,
+                     r.graph_identical ? "" : " (graph replay differs)");
 }
 
 json result_json(const TokenResult& r) {
@@ -325,6 +337,7 @@ json result_json(const TokenResult& r) {
                   {"bad_elements", r.check.comparison.bad},
                   {"nan_rows", r.check.nan_rows},
                   {"tokens_checked", r.check.tokens_checked},
+                  {"graph_replay_identical", r.graph_identical},
                   {"detail", r.check.comparison.describe()}};
   } else {
     j["check"] = nullptr;
@@ -538,7 +551,7 @@ int bench(const Options& options) {
     std::printf("%8lld %10.4f %10.4f %9.1f %9.0f %10.4f %11.2f %8s %10s %9.4f  %s\n",
                 (long long)r.tokens, r.ms, r.graph_ms, r.tflops, r.gbps, r.floor_ms, r.over_floor,
                 burst.c_str(), tuned.c_str(), r.route_ms, check_cell(r).c_str());
-    all_pass = all_pass && (!r.checked || r.check.pass());
+    all_pass = all_pass && (!r.checked || (r.check.pass() && r.graph_identical));
   }
   if (!variants.empty()) {
     // One column per variant (ms; "-" where it could not run), the main runtime's ms first.
