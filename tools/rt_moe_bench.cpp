@@ -67,7 +67,8 @@ struct Options {
   bool tune = false;  // also time a tuning runtime: heuristic vs tuned per T
   std::string tile;   // pin the grouped GEMM tile (RuntimeOptions::tile)
   bool launch_timing = true;
-  bool profile = false;    // one more forward per T between cuProfilerStart and cuProfilerStop
+  bool profile = false;        // one more forward per T between cuProfilerStart and cuProfilerStop
+  bool profile_graph = false;  // the same, as one replay of the forward captured in a CUDA graph
   bool balanced = false;   // inputs that route every expert T k / E tokens (balance_activations)
   std::vector<int> bands;  // also time every T with each RuntimeOptions::tile_band
   std::vector<std::string> compare_tiles;  // also time every T with each pinned tile
@@ -270,6 +271,17 @@ TokenResult bench_tokens(MoeRuntime& moe, const test::HostWeights* weights, std:
     RT_MOE_CALL(cuStreamSynchronize, stream);
     RT_MOE_CALL(cuProfilerStart);
     moe.forward(x_dev.as<const void>(), out_dev.as<void>(), tokens, stream);
+    RT_MOE_CALL(cuStreamSynchronize, stream);
+    RT_MOE_CALL(cuProfilerStop);
+  }
+  if (options.profile_graph) {
+    // One replay of the forward's graph (ncu --graph-profiling node: each kernel node alone).
+    const driver::GraphExec exec = test::capture_forward(moe, x_dev, out_dev, tokens, stream,
+                                                         CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);
+    flush(stream);
+    RT_MOE_CALL(cuStreamSynchronize, stream);
+    RT_MOE_CALL(cuProfilerStart);
+    RT_MOE_CALL(cuGraphLaunch, exec.get(), stream);
     RT_MOE_CALL(cuStreamSynchronize, stream);
     RT_MOE_CALL(cuProfilerStop);
   }
@@ -676,6 +688,10 @@ int main(int argc, char** argv) {
                "After timing each T, run one more forward (L2 flushed) between cuProfilerStart "
                "and cuProfilerStop, for `ncu --profile-from-start off` (in the --tune and --band "
                "runtimes too)");
+  app.add_flag("--profile-graph", options.profile_graph,
+               "After timing each T, replay the forward's CUDA graph once (L2 flushed) between "
+               "cuProfilerStart and cuProfilerStop, for `ncu --profile-from-start off "
+               "--graph-profiling node`");
   app.add_option(
          "--band", options.bands,
          "Also time every T with each of these tile order bands (RuntimeOptions::tile_band, "
