@@ -174,8 +174,8 @@ void balance_router(const MoeConfig& config, HostWeights& weights) {
 void balance_activations(const MoeConfig& config, std::span<std::uint16_t> x, std::int64_t tokens) {
   const std::int64_t E = config.n_routed_experts, H = config.d_hidden, k = config.top_k;
   if (H < E) throw std::invalid_argument("balanced routing needs d_hidden >= n_routed_experts");
-  const std::uint16_t high = float_to_bits(config.dtype, 8.f),
-                      low = float_to_bits(config.dtype, -8.f);
+  const std::uint16_t high = float_to_bits(config.dtype, 2.f),
+                      low = float_to_bits(config.dtype, -2.f);
   for (std::int64_t t = 0; t < tokens; ++t) {
     std::uint16_t* row = x.data() + t * H;
     std::fill(row, row + E, low);
