@@ -264,26 +264,23 @@ TokenResult bench_tokens(MoeRuntime& moe, const test::HostWeights* weights, std:
                              r.graph_enqueue_ms, weights != nullptr ? &replayed : nullptr);
   r.route_ms = median(time_events_ms(stream, options.iters, &flush,
                                      [&] { moe.route(x_dev.as<const void>(), tokens, stream); }));
-  if (options.profile) {
-    // Exactly one forward, L2 flushed, for `ncu --profile-from-start off` (or nsys
-    // --capture-range).
+  // Exactly one forward (stream launches, then a graph replay), L2 flushed, for `ncu
+  // --profile-from-start off` (or nsys --capture-range; ncu --graph-profiling node for the graph).
+  const auto profile_once = [&](const auto& enqueue) {
     flush(stream);
     RT_MOE_CALL(cuStreamSynchronize, stream);
     RT_MOE_CALL(cuProfilerStart);
-    moe.forward(x_dev.as<const void>(), out_dev.as<void>(), tokens, stream);
+    enqueue();
     RT_MOE_CALL(cuStreamSynchronize, stream);
     RT_MOE_CALL(cuProfilerStop);
+  };
+  if (options.profile) {
+    profile_once([&] { moe.forward(x_dev.as<const void>(), out_dev.as<void>(), tokens, stream); });
   }
   if (options.profile_graph) {
-    // One replay of the forward's graph (ncu --graph-profiling node: each kernel node alone).
     const driver::GraphExec exec = test::capture_forward(moe, x_dev, out_dev, tokens, stream,
                                                          CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);
-    flush(stream);
-    RT_MOE_CALL(cuStreamSynchronize, stream);
-    RT_MOE_CALL(cuProfilerStart);
-    RT_MOE_CALL(cuGraphLaunch, exec.get(), stream);
-    RT_MOE_CALL(cuStreamSynchronize, stream);
-    RT_MOE_CALL(cuProfilerStop);
+    profile_once([&] { RT_MOE_CALL(cuGraphLaunch, exec.get(), stream); });
   }
 
   const double T = double(tokens), H = double(c.d_hidden), I = double(c.d_expert);

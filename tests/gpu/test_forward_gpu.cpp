@@ -85,19 +85,25 @@ TEST_CASE("the forward is deterministic and replays identically from a CUDA grap
   ForwardRun second = run_forward(f.moe, x_dev, out_dev, tokens, f.stream.get());
   CHECK(first.out == second.out);
 
-  // Capture (the bucket is loaded: the first run built it), then replay twice.
+  // Each replay over a poisoned output must write the stream forward's output again.
   CUstream s = f.stream.get();
+  const auto check_replays = [s](const driver::GraphExec& exec, driver::DeviceBuffer& out,
+                                 const std::vector<std::uint16_t>& expected, int replays) {
+    for (int replay = 0; replay < replays; ++replay) {
+      RT_MOE_CALL(cuMemsetD8Async, out.get(), 0xFF, out.bytes(), s);
+      RT_MOE_CALL(cuGraphLaunch, exec.get(), s);
+      RT_MOE_CALL(cuStreamSynchronize, s);
+      std::vector<std::uint16_t> replayed(expected.size());
+      out.download(replayed.data(), replayed.size() * 2);
+      INFO("replay " << replay);
+      CHECK(replayed == expected);
+    }
+  };
+  // Capture (the bucket is loaded: the first run built it), then replay twice.
   RT_MOE_CALL(cuMemsetD8Async, out_dev.get(), 0xFF, out_dev.bytes(), s);
   RT_MOE_CALL(cuStreamSynchronize, s);
   driver::GraphExec exec = capture_forward(f.moe, x_dev, out_dev, tokens, s);
-  for (int replay = 0; replay < 2; ++replay) {
-    RT_MOE_CALL(cuMemsetD8Async, out_dev.get(), 0xFF, out_dev.bytes(), s);
-    RT_MOE_CALL(cuGraphLaunch, exec.get(), s);
-    RT_MOE_CALL(cuStreamSynchronize, s);
-    std::vector<std::uint16_t> replayed(first.out.size());
-    out_dev.download(replayed.data(), replayed.size() * 2);
-    CHECK(replayed == first.out);
-  }
+  check_replays(exec, out_dev, first.out, 2);
   // The kernels of DeepSeek-V3's T = 4096 plan on a smaller shape (on sm_90a): the wgmma gating
   // GEMM with its K split in four (fp32 partial logits that top-k sums) and the swapped grouped
   // GEMM of 160 rows (~143 rows an expert). The bench timed that plan's graph replay slower than
@@ -110,15 +116,7 @@ TEST_CASE("the forward is deterministic and replays identically from a CUDA grap
   INFO(g.moe.describe(rows));
   CHECK(check_outputs(g.config, g.weights, x, rows, stream_run).pass());
   driver::GraphExec wide = capture_forward(g.moe, gx_dev, gout_dev, rows, s);
-  for (int replay = 0; replay < 3; ++replay) {
-    RT_MOE_CALL(cuMemsetD8Async, gout_dev.get(), 0xFF, gout_dev.bytes(), s);
-    RT_MOE_CALL(cuGraphLaunch, wide.get(), s);
-    RT_MOE_CALL(cuStreamSynchronize, s);
-    std::vector<std::uint16_t> replayed(stream_run.out.size());
-    gout_dev.download(replayed.data(), replayed.size() * 2);
-    INFO("replay " << replay);
-    CHECK(replayed == stream_run.out);
-  }
+  check_replays(wide, gout_dev, stream_run.out, 3);
 }
 
 TEST_CASE("each forward leaves its counters zero: buckets interleaved, route() between, graphs",

@@ -162,9 +162,20 @@ std::vector<std::uint16_t> random_activations(const MoeConfig& config, std::int6
   return random_tensor(config.dtype, tokens * config.d_hidden, 1.0f, derive_seed(seed, 7));
 }
 
+namespace {
+
+// Balanced routing gives each routed expert its own element of x.
+void require_element_per_expert(const MoeConfig& config) {
+  if (config.d_hidden < config.n_routed_experts) {
+    throw std::invalid_argument("balanced routing needs d_hidden >= n_routed_experts");
+  }
+}
+
+}  // namespace
+
 void balance_router(const MoeConfig& config, HostWeights& weights) {
+  require_element_per_expert(config);
   const std::int64_t E = config.n_routed_experts, H = config.d_hidden;
-  if (H < E) throw std::invalid_argument("balanced routing needs d_hidden >= n_routed_experts");
   const std::uint16_t zero = float_to_bits(config.dtype, 0.f),
                       one = float_to_bits(config.dtype, 1.f);
   std::fill(weights.router.begin(), weights.router.end(), zero);
@@ -172,8 +183,8 @@ void balance_router(const MoeConfig& config, HostWeights& weights) {
 }
 
 void balance_activations(const MoeConfig& config, std::span<std::uint16_t> x, std::int64_t tokens) {
+  require_element_per_expert(config);
   const std::int64_t E = config.n_routed_experts, H = config.d_hidden, k = config.top_k;
-  if (H < E) throw std::invalid_argument("balanced routing needs d_hidden >= n_routed_experts");
   const std::uint16_t high = float_to_bits(config.dtype, 2.f),
                       low = float_to_bits(config.dtype, -2.f);
   for (std::int64_t t = 0; t < tokens; ++t) {

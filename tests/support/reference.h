@@ -61,10 +61,8 @@ std::vector<std::uint16_t> random_activations(const MoeConfig& config, std::int6
 // equal weight: balance_router makes router row e the unit vector on x's element e, and
 // balance_activations sets x's first E elements of each token to +2 for its experts and -2 for
 // the others (the rest of x stays as it was, ~randn), so each chosen logit leads the others by 4
-// (+-8 made x's rows 3.3 times as large in norm, and a few output elements of DeepSeek-V3 missed
-// the accuracy rule's bound at T = 4096 and 16384, rel_l2 as usual: session 30). Needs
-// H >= E; with group-limited routing, the k consecutive experts must lie in kept groups
-// (DeepSeek-V3: 8 of one group of 32).
+// and x keeps about its norm (+-8 tripled it; docs/PERF.md 23a). Needs H >= E; with group-limited
+// routing, the k consecutive experts must lie in kept groups (DeepSeek-V3: 8 of one group of 32).
 void balance_router(const MoeConfig& config, HostWeights& weights);
 void balance_activations(const MoeConfig& config, std::span<std::uint16_t> x, std::int64_t tokens);
 
