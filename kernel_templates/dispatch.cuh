@@ -3,7 +3,9 @@
 // Offsets (one block): per expert (E routed, then S shared chunks that every token visits) the
 // count (top-k's count lines, stored densely for the GEMMs) padded to BLOCK_M, an exclusive scan of
 // those into padded_offsets, the expert of every row block, the number of row blocks, -1 in each
-// expert's padding rows, and the fill counters zeroed for the scatter.
+// expert's padding rows, and the fill counters zeroed for the scatter. With EVEN (the swapped
+// tiles) a routed expert's rows are spread evenly over its blocks (EvenBlocks, common.cuh): the
+// padding rows are each block's last, not the expert's.
 //
 // Scatter (one thread per pair, THREADS pairs a block): a block counts its pairs of each routed
 // expert in shared memory, takes that many rows of the expert's range with one atomic add on the
@@ -18,7 +20,7 @@
 
 namespace rt_moe {
 
-template <int E, int S, int K, int BLOCK_M>
+template <int E, int S, int K, int BLOCK_M, bool EVEN = false>
 struct Offsets {
   static constexpr int kThreads = 1024;
   static constexpr int kSmemBytes = 0;
@@ -95,8 +97,15 @@ struct Offsets {
     const int rows_in_use = blocks * BLOCK_M;
     for (int e = warp; e < kExperts; e += kThreads / 32) {
       const int begin = offsets[e], end = begin + padded[e];
-      for (int r = begin + counts[e] + lane; r < end && r < rows_in_use; r += 32) {
-        p.sorted_rows[r] = -1;
+      if (EVEN && e < E) {
+        const EvenBlocks even(counts[e], BLOCK_M);
+        for (int r = begin + lane; r < end && r < rows_in_use; r += 32) {
+          if ((r - begin) % BLOCK_M >= even.rows((r - begin) / BLOCK_M)) p.sorted_rows[r] = -1;
+        }
+      } else {
+        for (int r = begin + counts[e] + lane; r < end && r < rows_in_use; r += 32) {
+          p.sorted_rows[r] = -1;
+        }
       }
       for (int b = begin / BLOCK_M + lane; b < end / BLOCK_M && b < blocks; b += 32) {
         p.block_expert[b] = e;
@@ -105,7 +114,8 @@ struct Offsets {
   }
 };
 
-template <int E, int S, int K, int THREADS>
+// EVEN_BLOCK: the block rows of the even layout (the Offsets kernel's EVEN), 0 for the packed one.
+template <int E, int S, int K, int THREADS, int EVEN_BLOCK = 0>
 struct Scatter {
   static constexpr int kThreads = THREADS;
   static constexpr int kSmemBytes = 0;
@@ -134,7 +144,12 @@ struct Scatter {
       if (taken[e] > 0) first[e] = atomicAdd(&p.expert_fill[e * kCounterStride], taken[e]);
     }
     __syncthreads();
-    if (expert >= 0) p.sorted_rows[p.padded_offsets[expert] + first[expert] + rank] = (int)pair;
+    if (expert >= 0) {
+      int row = first[expert] + rank;
+      if (EVEN_BLOCK > 0)
+        row = EvenBlocks(p.expert_counts[expert], EVEN_BLOCK).row(row, EVEN_BLOCK);
+      p.sorted_rows[p.padded_offsets[expert] + row] = (int)pair;
+    }
   }
 };
 

@@ -3,7 +3,9 @@
 // grouped_gemm_sm90_ws.cuh (64-row granularity, 128 rows a block) runs an expert of 129-143 rows
 // as two row blocks that each pull the whole weight tile through L2, and multiplies up to 63
 // padding rows. Here a block takes TOKENS token rows of one expert (the dispatch pads experts to
-// TOKENS rows), so an expert of up to TOKENS rows streams each weight tile to the SMs once.
+// TOKENS rows), so an expert of up to TOKENS rows streams each weight tile to the SMs once; a
+// larger expert's rows are spread evenly over its blocks (dispatch.cuh's EVEN layout), so that its
+// blocks multiply as many rows and read each weight tile together.
 //
 // Same pipeline as grouped_gemm_sm90_ws.cuh (persistent grid, tiles from the in-order counter in
 // bands, tile_order.h; one producer warpgroup, a STAGES-deep ring, full/empty mbarriers), with two
@@ -237,10 +239,13 @@ struct GroupedGemmSm90Swap {
       if (tile < 0) break;
       const BandTile t = tile_of(g, tile, num_blocks, p.band);
       const int m0 = t.m_block * BLOCK_M;
-      // The block's token rows, rounded up to 16: the N of its MMAs (the rows past the expert's
-      // last are zero in the ring; those past n are neither multiplied nor stored).
-      const int expert_rows = t.expert < E ? g.expert_counts[t.expert] : g.tokens;
-      const int rows = min(TOKENS, expert_rows - (m0 - g.padded_offsets[t.expert]));
+      // The block's token rows, rounded up to 16: the N of its MMAs (its padding rows are zero
+      // in the ring; those past n are neither multiplied nor stored). A routed expert's rows are
+      // spread evenly over its blocks (EvenBlocks); a shared chunk's fill its blocks in order.
+      const int offset = m0 - g.padded_offsets[t.expert];
+      const int rows = t.expert < E
+                           ? EvenBlocks(g.expert_counts[t.expert], TOKENS).rows(offset / TOKENS)
+                           : min(TOKENS, g.tokens - offset);
       const int n = (rows + 15) / 16 * 16;
       if (MODE == kDown) {
         // The last tile's stores have read the pairs (barrier), then this tile's go in.

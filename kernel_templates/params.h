@@ -64,6 +64,7 @@ struct ScatterParams {
   const int* padded_offsets;  // (E + S + 1)
   int* expert_fill;           // (E * kCounterStride) rows taken of each routed expert
   int* sorted_rows;           // (max_rows) pair index t * (k + S) + slot, grouped by expert
+  const int* expert_counts;   // (E) routed pairs per expert (read with even row blocks)
   int tokens;
 };
 

@@ -291,7 +291,10 @@ void MoeRuntime::Impl::enqueue_stages(const LaunchPlan& plan, const void* x, voi
            stream, order);
     ScatterParams scatter{static_cast<const int*>(ptr(l.topk_ids)),
                           static_cast<const int*>(ptr(l.padded_offsets)),
-                          static_cast<int*>(ptr(l.fill)), static_cast<int*>(ptr(l.sorted_rows)), T};
+                          static_cast<int*>(ptr(l.fill)),
+                          static_cast<int*>(ptr(l.sorted_rows)),
+                          counter(n.counts),
+                          T};
     launch(*plan.scatter, {ceil_div(T * slots, kScatterThreads)}, scatter, stream, order);
   }
 

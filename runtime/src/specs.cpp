@@ -315,17 +315,17 @@ KernelSpec route_decode_spec(const MoeConfig& c, int block_m) {
           "rt_moe::RouteDecodeParams"};
 }
 
-KernelSpec offsets_spec(const MoeConfig& c, int block_m) {
+KernelSpec offsets_spec(const MoeConfig& c, const GemmTile& tile) {
   return {"dispatch", "dispatch.cuh",
-          fmt::format("rt_moe::Offsets<{}, {}, {}, {}>", c.n_routed_experts, c.n_shared_experts,
-                      c.top_k, block_m),
+          fmt::format("rt_moe::Offsets<{}, {}, {}, {}, {}>", c.n_routed_experts, c.n_shared_experts,
+                      c.top_k, tile.block_m, tile.swap),
           "rt_moe::OffsetsParams"};
 }
 
-KernelSpec scatter_spec(const MoeConfig& c) {
+KernelSpec scatter_spec(const MoeConfig& c, const GemmTile& tile) {
   return {"dispatch", "dispatch.cuh",
-          fmt::format("rt_moe::Scatter<{}, {}, {}, {}>", c.n_routed_experts, c.n_shared_experts,
-                      c.top_k, kScatterThreads),
+          fmt::format("rt_moe::Scatter<{}, {}, {}, {}, {}>", c.n_routed_experts, c.n_shared_experts,
+                      c.top_k, kScatterThreads, tile.swap ? tile.block_m : 0),
           "rt_moe::ScatterParams"};
 }
 
@@ -433,8 +433,8 @@ std::vector<KernelSpec> forward_specs(const MoeConfig& c, const GemmTile& tile,
   }
   return {router_spec(c, router),
           topk_spec(c),
-          offsets_spec(c, tile.block_m),
-          scatter_spec(c),
+          offsets_spec(c, tile),
+          scatter_spec(c, tile),
           gemm_spec(c, GemmStage::kGateUp, tile),
           gemm_spec(c, GemmStage::kDown, tile),
           combine_spec(c)};

@@ -108,8 +108,9 @@ inline constexpr int kScatterThreads = 1024;
 
 KernelSpec router_spec(const MoeConfig& config, const GemmTile& router_tile);
 KernelSpec topk_spec(const MoeConfig& config);
-KernelSpec offsets_spec(const MoeConfig& config, int block_m);
-KernelSpec scatter_spec(const MoeConfig& config);
+// The dispatch of a tile's row blocks: packed, or even for the swapped tiles (dispatch.cuh).
+KernelSpec offsets_spec(const MoeConfig& config, const GemmTile& tile);
+KernelSpec scatter_spec(const MoeConfig& config, const GemmTile& tile);
 // Top-k, offsets and scatter in one block (route_decode.cuh), for the fused decode tile.
 KernelSpec route_decode_spec(const MoeConfig& config, int block_m);
 // The decode routing kernel runs one token a warp on one SM, so it serves the fused tile's
