@@ -31,7 +31,7 @@
 namespace rt_moe {
 
 // wgmma.m64nNk16 with fp32 accumulators d[0 .. N / 2), A and B from shared memory through
-// descriptors, for N = 16, 32, ..., 160 (the token rows of a block, rounded up to 16); A, B and P
+// descriptors, for N = 8, 16, ..., 160 (the token rows of a block, rounded up to 8); A, B and P
 // are the operand numbers of the two descriptors and scale_d, LIST the accumulators' operands.
 // clang-format off
 #define RT_MOE_WGMMA_TOKENS_TYPE(DTYPE, TYPE, N, A, B, P, LIST, ...)                            \
@@ -50,66 +50,114 @@ namespace rt_moe {
 #define RT_MOE_WGMMA_TOKENS(N, A, B, P, LIST, ...)                                             \
   RT_MOE_WGMMA_TOKENS_TYPE(BF16, "bf16", N, A, B, P, LIST, __VA_ARGS__)                        \
   RT_MOE_WGMMA_TOKENS_TYPE(F16, "f16", N, A, B, P, LIST, __VA_ARGS__)
-#define RT_MOE_F8(i)                                                                          \
-  "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), \
-      "+f"(d[i + 6]), "+f"(d[i + 7])
+#define RT_MOE_F4(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3])
 // Operand strings and operands of the first N / 2 accumulators.
-#define RT_MOE_L16 "%0,%1,%2,%3,%4,%5,%6,%7"
-#define RT_MOE_L32 RT_MOE_L16 ",%8,%9,%10,%11,%12,%13,%14,%15"
-#define RT_MOE_L48 RT_MOE_L32 ",%16,%17,%18,%19,%20,%21,%22,%23"
-#define RT_MOE_L64 RT_MOE_L48 ",%24,%25,%26,%27,%28,%29,%30,%31"
-#define RT_MOE_L80 RT_MOE_L64 ",%32,%33,%34,%35,%36,%37,%38,%39"
-#define RT_MOE_L96 RT_MOE_L80 ",%40,%41,%42,%43,%44,%45,%46,%47"
-#define RT_MOE_L112 RT_MOE_L96 ",%48,%49,%50,%51,%52,%53,%54,%55"
-#define RT_MOE_L128 RT_MOE_L112 ",%56,%57,%58,%59,%60,%61,%62,%63"
-#define RT_MOE_L144 RT_MOE_L128 ",%64,%65,%66,%67,%68,%69,%70,%71"
-#define RT_MOE_L160 RT_MOE_L144 ",%72,%73,%74,%75,%76,%77,%78,%79"
-#define RT_MOE_O16 RT_MOE_F8(0)
-#define RT_MOE_O32 RT_MOE_O16, RT_MOE_F8(8)
-#define RT_MOE_O48 RT_MOE_O32, RT_MOE_F8(16)
-#define RT_MOE_O64 RT_MOE_O48, RT_MOE_F8(24)
-#define RT_MOE_O80 RT_MOE_O64, RT_MOE_F8(32)
-#define RT_MOE_O96 RT_MOE_O80, RT_MOE_F8(40)
-#define RT_MOE_O112 RT_MOE_O96, RT_MOE_F8(48)
-#define RT_MOE_O128 RT_MOE_O112, RT_MOE_F8(56)
-#define RT_MOE_O144 RT_MOE_O128, RT_MOE_F8(64)
-#define RT_MOE_O160 RT_MOE_O144, RT_MOE_F8(72)
+#define RT_MOE_L8 "%0,%1,%2,%3"
+#define RT_MOE_O8 RT_MOE_F4(0)
+#define RT_MOE_L16 RT_MOE_L8 ",%4,%5,%6,%7"
+#define RT_MOE_O16 RT_MOE_O8, RT_MOE_F4(4)
+#define RT_MOE_L24 RT_MOE_L16 ",%8,%9,%10,%11"
+#define RT_MOE_O24 RT_MOE_O16, RT_MOE_F4(8)
+#define RT_MOE_L32 RT_MOE_L24 ",%12,%13,%14,%15"
+#define RT_MOE_O32 RT_MOE_O24, RT_MOE_F4(12)
+#define RT_MOE_L40 RT_MOE_L32 ",%16,%17,%18,%19"
+#define RT_MOE_O40 RT_MOE_O32, RT_MOE_F4(16)
+#define RT_MOE_L48 RT_MOE_L40 ",%20,%21,%22,%23"
+#define RT_MOE_O48 RT_MOE_O40, RT_MOE_F4(20)
+#define RT_MOE_L56 RT_MOE_L48 ",%24,%25,%26,%27"
+#define RT_MOE_O56 RT_MOE_O48, RT_MOE_F4(24)
+#define RT_MOE_L64 RT_MOE_L56 ",%28,%29,%30,%31"
+#define RT_MOE_O64 RT_MOE_O56, RT_MOE_F4(28)
+#define RT_MOE_L72 RT_MOE_L64 ",%32,%33,%34,%35"
+#define RT_MOE_O72 RT_MOE_O64, RT_MOE_F4(32)
+#define RT_MOE_L80 RT_MOE_L72 ",%36,%37,%38,%39"
+#define RT_MOE_O80 RT_MOE_O72, RT_MOE_F4(36)
+#define RT_MOE_L88 RT_MOE_L80 ",%40,%41,%42,%43"
+#define RT_MOE_O88 RT_MOE_O80, RT_MOE_F4(40)
+#define RT_MOE_L96 RT_MOE_L88 ",%44,%45,%46,%47"
+#define RT_MOE_O96 RT_MOE_O88, RT_MOE_F4(44)
+#define RT_MOE_L104 RT_MOE_L96 ",%48,%49,%50,%51"
+#define RT_MOE_O104 RT_MOE_O96, RT_MOE_F4(48)
+#define RT_MOE_L112 RT_MOE_L104 ",%52,%53,%54,%55"
+#define RT_MOE_O112 RT_MOE_O104, RT_MOE_F4(52)
+#define RT_MOE_L120 RT_MOE_L112 ",%56,%57,%58,%59"
+#define RT_MOE_O120 RT_MOE_O112, RT_MOE_F4(56)
+#define RT_MOE_L128 RT_MOE_L120 ",%60,%61,%62,%63"
+#define RT_MOE_O128 RT_MOE_O120, RT_MOE_F4(60)
+#define RT_MOE_L136 RT_MOE_L128 ",%64,%65,%66,%67"
+#define RT_MOE_O136 RT_MOE_O128, RT_MOE_F4(64)
+#define RT_MOE_L144 RT_MOE_L136 ",%68,%69,%70,%71"
+#define RT_MOE_O144 RT_MOE_O136, RT_MOE_F4(68)
+#define RT_MOE_L152 RT_MOE_L144 ",%72,%73,%74,%75"
+#define RT_MOE_O152 RT_MOE_O144, RT_MOE_F4(72)
+#define RT_MOE_L160 RT_MOE_L152 ",%76,%77,%78,%79"
+#define RT_MOE_O160 RT_MOE_O152, RT_MOE_F4(76)
 // clang-format on
 
 // One warpgroup's wgmma.m64nNk16 (N / 2 accumulators a thread).
 template <typename D, int N>
 struct WgmmaTokens;
+RT_MOE_WGMMA_TOKENS(8, "4", "5", "6", RT_MOE_L8, RT_MOE_O8)
 RT_MOE_WGMMA_TOKENS(16, "8", "9", "10", RT_MOE_L16, RT_MOE_O16)
+RT_MOE_WGMMA_TOKENS(24, "12", "13", "14", RT_MOE_L24, RT_MOE_O24)
 RT_MOE_WGMMA_TOKENS(32, "16", "17", "18", RT_MOE_L32, RT_MOE_O32)
+RT_MOE_WGMMA_TOKENS(40, "20", "21", "22", RT_MOE_L40, RT_MOE_O40)
 RT_MOE_WGMMA_TOKENS(48, "24", "25", "26", RT_MOE_L48, RT_MOE_O48)
+RT_MOE_WGMMA_TOKENS(56, "28", "29", "30", RT_MOE_L56, RT_MOE_O56)
 RT_MOE_WGMMA_TOKENS(64, "32", "33", "34", RT_MOE_L64, RT_MOE_O64)
+RT_MOE_WGMMA_TOKENS(72, "36", "37", "38", RT_MOE_L72, RT_MOE_O72)
 RT_MOE_WGMMA_TOKENS(80, "40", "41", "42", RT_MOE_L80, RT_MOE_O80)
+RT_MOE_WGMMA_TOKENS(88, "44", "45", "46", RT_MOE_L88, RT_MOE_O88)
 RT_MOE_WGMMA_TOKENS(96, "48", "49", "50", RT_MOE_L96, RT_MOE_O96)
+RT_MOE_WGMMA_TOKENS(104, "52", "53", "54", RT_MOE_L104, RT_MOE_O104)
 RT_MOE_WGMMA_TOKENS(112, "56", "57", "58", RT_MOE_L112, RT_MOE_O112)
+RT_MOE_WGMMA_TOKENS(120, "60", "61", "62", RT_MOE_L120, RT_MOE_O120)
 RT_MOE_WGMMA_TOKENS(128, "64", "65", "66", RT_MOE_L128, RT_MOE_O128)
+RT_MOE_WGMMA_TOKENS(136, "68", "69", "70", RT_MOE_L136, RT_MOE_O136)
 RT_MOE_WGMMA_TOKENS(144, "72", "73", "74", RT_MOE_L144, RT_MOE_O144)
+RT_MOE_WGMMA_TOKENS(152, "76", "77", "78", RT_MOE_L152, RT_MOE_O152)
 RT_MOE_WGMMA_TOKENS(160, "80", "81", "82", RT_MOE_L160, RT_MOE_O160)
 #undef RT_MOE_O160
+#undef RT_MOE_O152
 #undef RT_MOE_O144
+#undef RT_MOE_O136
 #undef RT_MOE_O128
+#undef RT_MOE_O120
 #undef RT_MOE_O112
+#undef RT_MOE_O104
 #undef RT_MOE_O96
+#undef RT_MOE_O88
 #undef RT_MOE_O80
+#undef RT_MOE_O72
 #undef RT_MOE_O64
+#undef RT_MOE_O56
 #undef RT_MOE_O48
+#undef RT_MOE_O40
 #undef RT_MOE_O32
+#undef RT_MOE_O24
 #undef RT_MOE_O16
+#undef RT_MOE_O8
 #undef RT_MOE_L160
+#undef RT_MOE_L152
 #undef RT_MOE_L144
+#undef RT_MOE_L136
 #undef RT_MOE_L128
+#undef RT_MOE_L120
 #undef RT_MOE_L112
+#undef RT_MOE_L104
 #undef RT_MOE_L96
+#undef RT_MOE_L88
 #undef RT_MOE_L80
+#undef RT_MOE_L72
 #undef RT_MOE_L64
+#undef RT_MOE_L56
 #undef RT_MOE_L48
+#undef RT_MOE_L40
 #undef RT_MOE_L32
+#undef RT_MOE_L24
 #undef RT_MOE_L16
-#undef RT_MOE_F8
+#undef RT_MOE_L8
+#undef RT_MOE_F4
 #undef RT_MOE_WGMMA_TOKENS
 #undef RT_MOE_WGMMA_TOKENS_TYPE
 
@@ -239,14 +287,14 @@ struct GroupedGemmSm90Swap {
       if (tile < 0) break;
       const BandTile t = tile_of(g, tile, num_blocks, p.band);
       const int m0 = t.m_block * BLOCK_M;
-      // The block's token rows, rounded up to 16: the N of its MMAs (its padding rows are zero
+      // The block's token rows, rounded up to 8: the N of its MMAs (its padding rows are zero
       // in the ring; those past n are neither multiplied nor stored). A routed expert's rows are
       // spread evenly over its blocks (EvenBlocks); a shared chunk's fill its blocks in order.
       const int offset = m0 - g.padded_offsets[t.expert];
       const int rows = t.expert < E
                            ? EvenBlocks(g.expert_counts[t.expert], TOKENS).rows(offset / TOKENS)
                            : min(TOKENS, g.tokens - offset);
-      const int n = (rows + 15) / 16 * 16;
+      const int n = (rows + 7) / 8 * 8;
       if (MODE == kDown) {
         // The last tile's stores have read the pairs (barrier), then this tile's go in.
         named_barrier_sync<2, 128 * CONSUMERS>();
@@ -289,9 +337,9 @@ struct GroupedGemmSm90Swap {
   template <int N>
   static __device__ __forceinline__ void mma_k64(int n, float* acc0, float* acc1, unsigned a0,
                                                  unsigned a1, unsigned b, bool accumulate) {
-    if constexpr (N > 16) {
+    if constexpr (N > 8) {
       if (n < N) {
-        mma_k64<N - 16>(n, acc0, acc1, a0, a1, b, accumulate);
+        mma_k64<N - 8>(n, acc0, acc1, a0, a1, b, accumulate);
         return;
       }
     }

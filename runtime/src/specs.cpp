@@ -152,7 +152,7 @@ std::vector<GemmTile> candidate_tiles(const MoeConfig& c, long long max_tokens,
                                staged_y({128, 256, 64, 2, 1, 4, 90, true, 2}),
                                staged_y({192, 192, 64, 3, 1, 4, 90, true}),
                                // Tokens as the MMA's N: an expert of up to 128-160 rows is one
-                               // block, its MMAs as wide as its rows rounded up to 16.
+                               // block, its MMAs as wide as its rows rounded up to 8.
                                swap_tile(128, 4),
                                swap_tile(144, 4),
                                swap_tile(160, 4),
@@ -177,7 +177,7 @@ std::vector<GemmTile> candidate_tiles(const MoeConfig& c, long long max_tokens,
   while (tall < rows_per_expert(c, max_tokens)) tall *= 2;
   std::vector<GemmTile> candidates;
   for (const GemmTile& t : space) {
-    // A swapped tile multiplies only the rows a block has (rounded up to 16), not block_m.
+    // A swapped tile multiplies only the rows a block has (rounded up to 8), not block_m.
     const bool fits_rows = t.swap ? rows_per_expert(c, max_tokens) > 16 : t.block_m <= 2 * tall;
     // The fused tile's K halves add into fp32 y with atomics.
     const bool fits_y = !(t.fused && t.split > 1) || c.y_dtype == YDType::kF32;
@@ -206,9 +206,9 @@ GemmTile default_tile(const MoeConfig& c, long long max_tokens, const std::strin
     return max_tokens <= 64 ? fused_tile(64, 4, 8, true) : GemmTile{16, 64, 64, 1, 4, 8};
   }
   // 17-64 rows: still weight-bound; the swapped tile of 64 token rows keeps 5 x 32 KB of weights
-  // in flight per SM and multiplies only the block's rows rounded up to 16 (DeepSeek-V3 on the
-  // H200, same call: T = 512 5.378 ms against 5.477 for sm90ws 64x256 s5, T = 1024 5.561 against
-  // 5.631; gpumode T = 512, ~78 rows, tied; docs/PERF.md).
+  // in flight per SM and multiplies only the block's rows rounded up to 8 (16 when measured;
+  // DeepSeek-V3 on the H200, same call: T = 512 5.378 ms against 5.477 for sm90ws 64x256 s5, T =
+  // 1024 5.561 against 5.631; gpumode T = 512, ~78 rows, tied; docs/PERF.md).
   if (rows <= 64 && has_tma_path(c, arch)) return swap_tile(64, 5);
   if (rows <= 32) return {32, 128, 64, 2, 2, 4};
   if (rows <= 64) return {64, 128, 64, 2, 2, 4};
