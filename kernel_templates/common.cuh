@@ -223,28 +223,4 @@ __device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], unsigned address) 
                : "r"(address));
 }
 
-// Even row blocks (the swapped tiles' layout, dispatch.cuh): an expert of n rows takes
-// ceil(n / B) blocks of B rows' room, as with its rows packed in order, but the rows are spread
-// over them evenly, the first n % blocks one row longer. The blocks that read one weight tile
-// then multiply as many rows (+-1) and last as long: none runs ahead of the others and reads the
-// weights again after they left L2 (docs/PERF.md 17e, 23c), and no tail block is mostly padding.
-struct EvenBlocks {
-  int q;  // rows of a short block
-  int r;  // blocks with q + 1 rows (the first r)
-  __device__ __forceinline__ EvenBlocks(int n, int b) {
-    const int blocks = n > b ? (n + b - 1) / b : 1;
-    q = n / blocks;
-    r = n % blocks;
-  }
-  // Rows of the expert's block j.
-  __device__ __forceinline__ int rows(int j) const { return q + (j < r ? 1 : 0); }
-  // Where the expert's i-th row goes, past its first row: block j at j b, then the row in it.
-  __device__ __forceinline__ int row(int i, int b) const {
-    const int long_rows = r * (q + 1);
-    if (i < long_rows) return i / (q + 1) * b + i % (q + 1);
-    i -= long_rows;
-    return (r + i / q) * b + i % q;
-  }
-};
-
 }  // namespace rt_moe

@@ -4,7 +4,7 @@
 // count (top-k's count lines, stored densely for the GEMMs) padded to BLOCK_M, an exclusive scan of
 // those into padded_offsets, the expert of every row block, the number of row blocks, -1 in each
 // expert's padding rows, and the fill counters zeroed for the scatter. With EVEN (the swapped
-// tiles) a routed expert's rows are spread evenly over its blocks (EvenBlocks, common.cuh): the
+// tiles) a routed expert's rows are spread evenly over its blocks (EvenBlocks, even_blocks.h): the
 // padding rows are each block's last, not the expert's.
 //
 // Scatter (one thread per pair, THREADS pairs a block): a block counts its pairs of each routed
@@ -17,6 +17,7 @@
 #pragma once
 
 #include "common.cuh"
+#include "even_blocks.h"
 
 namespace rt_moe {
 

@@ -26,6 +26,7 @@
 // expert's padded range); kDown skips them.
 #pragma once
 
+#include "even_blocks.h"
 #include "grouped_gemm_sm90_ws.cuh"
 
 namespace rt_moe {
