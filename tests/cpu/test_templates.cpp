@@ -99,17 +99,20 @@ TEST_CASE("every sm_90a tuner candidate of the wgmma paths compiles (gpumode sha
   }
 }
 
-TEST_CASE("the swapped-operand tile: the default from 17 to 64 and 129 to 320 rows an expert",
+TEST_CASE("the swapped-operand tile: the default from 17 to 64 and 129 to 640 rows an expert",
           "[nvrtc]") {
   MoeConfig c = make_config(7168, 2048, 256, 1, 8, DType::kBF16);
   // DeepSeek-V3: ~143 rows an expert at T = 4096, 287 at 8192; gpumode bench 1 (T = 2048): 311
   // (measured on the H200, docs/PERF.md).
   CHECK(default_tile(c, 4096, "sm_90a").describe() == "sm90swap 160x256x64 s4");
   CHECK(default_tile(c, 8192, "sm_90a").describe() == "sm90swap 144x256x64 s4");
-  CHECK(default_tile(c, 9200, "sm_90a").describe() == "sm90ws 128x256x64 wg2 s4 sy");  // 323 rows
+  CHECK(default_tile(c, 9200, "sm_90a").describe() == "sm90swap 160x256x64 s4");  // 323 rows
   CHECK(default_tile(make_config(7168, 2048, 32, 1, 4, DType::kBF16), 2048, "sm_90a").describe() ==
         "sm90swap 144x256x64 s4");
-  CHECK(default_tile(c, 16384, "sm_90a").describe() == "sm90ws 128x256x64 wg2 s4 sy");
+  CHECK(default_tile(c, 16384, "sm_90a").describe() == "sm90swap 160x256x64 s4");  // 574 rows
+  CHECK(default_tile(c, 18300, "sm_90a").describe() == "sm90ws 128x256x64 wg2 s4 sy");  // 641
+  CHECK(default_tile(make_config(7168, 2048, 32, 1, 4, DType::kBF16), 8192, "sm_90a").describe() ==
+        "sm90ws 128x256x64 wg2 s4 sy");  // gpumode bench 2: 1241 rows
   CHECK(default_tile(c, 512, "sm_90a").describe() == "sm90swap 64x256x64 s5");
   CHECK(default_tile(c, 1024, "sm_90a").describe() == "sm90swap 64x256x64 s5");
   // Not on sm_80, nor where the TMA path cannot run (H, I not multiples of 64).
