@@ -109,7 +109,7 @@ TEST_CASE("the swapped-operand tile: the default from 17 to 64 and 129 to 640 ro
   CHECK(default_tile(c, 9200, "sm_90a").describe() == "sm90swap 160x256x64 s4");  // 323 rows
   CHECK(default_tile(make_config(7168, 2048, 32, 1, 4, DType::kBF16), 2048, "sm_90a").describe() ==
         "sm90swap 144x256x64 s4");
-  CHECK(default_tile(c, 16384, "sm_90a").describe() == "sm90swap 160x256x64 s4");  // 574 rows
+  CHECK(default_tile(c, 16384, "sm_90a").describe() == "sm90swap 160x256x64 s4");       // 574 rows
   CHECK(default_tile(c, 18300, "sm_90a").describe() == "sm90ws 128x256x64 wg2 s4 sy");  // 641
   CHECK(default_tile(make_config(7168, 2048, 32, 1, 4, DType::kBF16), 8192, "sm_90a").describe() ==
         "sm90ws 128x256x64 wg2 s4 sy");  // gpumode bench 2: 1241 rows
