@@ -7,6 +7,7 @@
 #include "base/env.h"
 #include "base/log.h"
 #include "compiler.h"
+#include "cubin_info.h"
 #include "embedded_files.h"
 #include "params.h"
 
@@ -52,7 +53,17 @@ CompiledCubin compile_cubin(const KernelSpec& spec, const std::string& arch,
     request.source = spec.source();
     request.arch = arch;
     request.name_expressions = {std::string("&") + kMetaName};
-    return nvrtc::compile(request).cubin;
+    std::string cubin = nvrtc::compile(request).cubin;
+    // A kernel that spills runs slower than its tile promises: say so where it is compiled (the
+    // prewarm tool, or a first forward), once, not at each load from the cache.
+    const std::optional<CubinResources> resources = cubin_resources(cubin);
+    if (resources && resources->uses_local_memory()) {
+      log().warn(
+          "kernel {} uses local memory ({} B frame, {} B stack a thread, {} registers): "
+          "register spills, it runs slower than it should",
+          spec.name(), resources->frame_bytes, resources->stack_bytes, resources->registers);
+    }
+    return cubin;
   });
   CompiledCubin result;
   result.cubin = std::move(lookup.binary);

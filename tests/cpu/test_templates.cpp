@@ -1,5 +1,6 @@
 // Every kernel template compiles for sm_90a with NVRTC, for real model shapes and every tile the
-// heuristic can choose, so a broken template fails the suite, not a user. No GPU needed.
+// heuristic can choose, so a broken template fails the suite, not a user; and none spills
+// registers to local memory (the cubins' .nv.info says). No GPU needed.
 #include <catch2/catch.hpp>
 
 #include <fmt/format.h>
@@ -7,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "compiler.h"
+#include "cubin_info.h"
 #include "kernels.h"
 #include "nvrtc_sm90a.h"
 #include "reference.h"
@@ -16,6 +19,56 @@
 namespace rt_moe {
 
 using test::make_config;
+
+namespace {
+
+// Whether ptxas kept the kernel of `cubin` out of local memory (no spills, no stack frame).
+bool no_local_memory(const std::string& cubin) {
+  const std::optional<CubinResources> resources = cubin_resources(cubin);
+  if (!resources) return false;
+  INFO("registers " << resources->registers << ", frame " << resources->frame_bytes << " B, stack "
+                    << resources->stack_bytes << " B");
+  return resources->registers > 0 && !resources->uses_local_memory();
+}
+
+}  // namespace
+
+TEST_CASE("a cubin's registers and local memory are read from its .nv.info", "[nvrtc]") {
+  nvrtc::Request request;
+  request.arch = "sm_90a";
+  request.name = "plain";
+  request.source = "extern \"C\" __global__ void plain(float* out) { out[threadIdx.x] *= 2.f; }\n";
+  const std::optional<CubinResources> plain = cubin_resources(nvrtc::compile(request).cubin);
+  REQUIRE(plain);
+  CHECK(plain->registers > 0);
+  CHECK_FALSE(plain->uses_local_memory());
+  // An array indexed by a run-time value cannot live in registers: a stack frame.
+  request.name = "spills";
+  request.source =
+      "extern \"C\" __global__ void spills(float* out, int n) {\n"
+      "  float a[256];\n"
+      "  for (int i = 0; i < 256; ++i) a[i] = out[i * n];\n"
+      "  float s = 0.f;\n"
+      "  for (int i = 0; i < n; ++i) s += a[(i * 7) & 255];\n"
+      "  out[threadIdx.x] = s;\n"
+      "}\n";
+  const std::string cubin = nvrtc::compile(request).cubin;
+  const std::optional<CubinResources> spills = cubin_resources(cubin);
+  REQUIRE(spills);
+  CHECK(spills->frame_bytes >= 1024);
+  CHECK(spills->uses_local_memory());
+  CHECK_FALSE(no_local_memory(cubin));
+  // Not an ELF image, or a cut one: no answer, and no read outside the bytes.
+  CHECK_FALSE(cubin_resources(""));
+  CHECK_FALSE(cubin_resources("RTMOECUB not a cubin"));
+  for (std::size_t size :
+       {std::size_t(4), std::size_t(63), std::size_t(64), cubin.size() / 2, cubin.size() - 1}) {
+    INFO(size);
+    const std::optional<CubinResources> cut =
+        cubin_resources(std::string_view(cubin).substr(0, size));
+    CHECK((!cut || cut->frame_bytes == spills->frame_bytes));
+  }
+}
 
 TEST_CASE("every kernel template compiles for sm_90a (DeepSeek-V3 shape, all tiles)", "[nvrtc]") {
   for (DType dtype : {DType::kBF16, DType::kF16}) {
@@ -36,6 +89,7 @@ TEST_CASE("every kernel template compiles for sm_90a (DeepSeek-V3 shape, all til
           CHECK(spec.name().find("float") == std::string::npos);
           std::string cubin = compile_for_sm90a(spec);
           CHECK(is_elf(cubin));
+          CHECK(no_local_memory(cubin));
         }
       }
     }
@@ -85,7 +139,9 @@ TEST_CASE("every sm_90a tuner candidate of the wgmma paths compiles (gpumode sha
          {std::pair{c, GemmStage::kGateUp}, {c, GemmStage::kDown}, {y32, GemmStage::kDown}}) {
       const KernelSpec spec = gemm_spec(config, stage, tile);
       INFO(spec.name());
-      CHECK(is_elf(compile_for_sm90a(spec)));
+      const std::string cubin = compile_for_sm90a(spec);
+      CHECK(is_elf(cubin));
+      CHECK(no_local_memory(cubin));
       // The warp-specialized kernels need a register cap at entry for setmaxnreg.
       CHECK((spec.source().find("__launch_bounds__(RtMoeKernel::kThreads, 1)") !=
              std::string::npos) == tile.ws);
