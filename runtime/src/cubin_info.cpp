@@ -14,7 +14,7 @@ namespace {
 constexpr std::uint8_t kFmtNval = 1, kFmtBval = 2, kFmtHval = 3, kFmtSval = 4;
 constexpr std::uint8_t kFrameSize = 0x11, kMinStackSize = 0x12, kRegCount = 0x2f;
 
-// A little-endian integer of `size` bytes at `at`, if it lies inside `bytes`.
+// The little-endian T at `at`, if it lies inside `bytes`.
 template <typename T>
 bool read(std::string_view bytes, std::uint64_t at, T& value) {
   if (at > bytes.size() || bytes.size() - at < sizeof(T)) return false;

@@ -22,12 +22,13 @@ using test::make_config;
 
 namespace {
 
-// Whether ptxas kept the kernel of `cubin` out of local memory (no spills, no stack frame).
+// Whether ptxas kept the kernel of `cubin` out of local memory (no spills, no stack frame); what
+// it used goes with the caller's next assertion (an INFO here would end with this scope).
 bool no_local_memory(const std::string& cubin) {
   const std::optional<CubinResources> resources = cubin_resources(cubin);
   if (!resources) return false;
-  INFO("registers " << resources->registers << ", frame " << resources->frame_bytes << " B, stack "
-                    << resources->stack_bytes << " B");
+  UNSCOPED_INFO("registers " << resources->registers << ", frame " << resources->frame_bytes
+                             << " B, stack " << resources->stack_bytes << " B");
   return resources->registers > 0 && !resources->uses_local_memory();
 }
 
