@@ -69,6 +69,7 @@ struct Options {
   bool launch_timing = true;
   bool profile = false;        // one more forward per T between cuProfilerStart and cuProfilerStop
   bool profile_graph = false;  // the same, as one replay of the forward captured in a CUDA graph
+  int timeline_replays = 0;    // > 0: the stage timeline of one forward and of this many replays
   bool balanced = false;   // inputs that route every expert T k / E tokens (balance_activations)
   std::vector<int> bands;  // also time every T with each RuntimeOptions::tile_band
   std::vector<std::string> compare_tiles;  // also time every T with each pinned tile
@@ -216,6 +217,46 @@ double time_graph_ms(MoeRuntime& moe, const driver::DeviceBuffer& x_dev,
   return ms;
 }
 
+// Where each stage kernel ran (MoeRuntime::stage_timeline) in one stream forward and in `replays`
+// replays of the forward captured in a CUDA graph, each alone after an L2 flush: microseconds
+// from the first stage's start to each stage's first block's start and last warp's end.
+void print_timeline(MoeRuntime& moe, const driver::DeviceBuffer& x_dev,
+                    driver::DeviceBuffer& out_dev, std::int64_t tokens, int replays, L2Flush& flush,
+                    CUstream stream) {
+  const driver::GraphExec exec = test::capture_forward(moe, x_dev, out_dev, tokens, stream,
+                                                       CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);
+  RT_MOE_CALL(cuGraphLaunch, exec.get(), stream);  // warm-up
+  moe.stage_timeline(tokens);                      // clears the spans
+  std::vector<std::pair<std::string, std::vector<MoeRuntime::StageSpan>>> runs;
+  for (int run = 0; run <= replays; ++run) {
+    flush(stream);
+    RT_MOE_CALL(cuStreamSynchronize, stream);
+    if (run == 0) {
+      moe.forward(x_dev.as<const void>(), out_dev.as<void>(), tokens, stream);
+    } else {
+      RT_MOE_CALL(cuGraphLaunch, exec.get(), stream);
+    }
+    runs.emplace_back(run == 0 ? "stream" : fmt::format("replay {}", run),
+                      moe.stage_timeline(tokens));
+  }
+  std::printf("timeline T=%lld (us from the first stage's start: start-end of each stage)\n",
+              (long long)tokens);
+  for (const auto& [name, spans] : runs) {
+    if (spans.empty()) continue;
+    std::uint64_t origin = spans.front().start_ns, last = 0;
+    for (const MoeRuntime::StageSpan& s : spans) {
+      origin = std::min(origin, s.start_ns);
+      last = std::max(last, s.end_ns);
+    }
+    std::string line;
+    for (const MoeRuntime::StageSpan& s : spans) {
+      line += fmt::format("  {} {:.1f}-{:.1f}", s.stage, (s.start_ns - origin) * 1e-3,
+                          (s.end_ns - origin) * 1e-3);
+    }
+    std::printf("  %-9s %9.1f us:%s\n", name.c_str(), (last - origin) * 1e-3, line.c_str());
+  }
+}
+
 TokenResult bench_tokens(MoeRuntime& moe, const test::HostWeights* weights, std::int64_t tokens,
                          const Options& options, const Ceiling& hbm, const Ceiling& gemm,
                          L2Flush& flush, CUstream stream) {
@@ -281,6 +322,9 @@ TokenResult bench_tokens(MoeRuntime& moe, const test::HostWeights* weights, std:
     const driver::GraphExec exec = test::capture_forward(moe, x_dev, out_dev, tokens, stream,
                                                          CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);
     profile_once([&] { RT_MOE_CALL(cuGraphLaunch, exec.get(), stream); });
+  }
+  if (options.timeline_replays > 0) {
+    print_timeline(moe, x_dev, out_dev, tokens, options.timeline_replays, flush, stream);
   }
 
   const double T = double(tokens), H = double(c.d_hidden), I = double(c.d_expert);
@@ -689,6 +733,11 @@ int main(int argc, char** argv) {
                "After timing each T, replay the forward's CUDA graph once (L2 flushed) between "
                "cuProfilerStart and cuProfilerStop, for `ncu --profile-from-start off "
                "--graph-profiling node`");
+  app.add_option("--timeline", options.timeline_replays,
+                 "After timing each T, print where each stage kernel ran in one stream forward "
+                 "and in this many CUDA-graph replays (L2 flushed before each; needs "
+                 "RT_MOE_STAGE_TIMELINE=1 in the environment: MoeRuntime::stage_timeline)")
+      ->check(CLI::Range(1, 100));
   app.add_option(
          "--band", options.bands,
          "Also time every T with each of these tile order bands (RuntimeOptions::tile_band, "

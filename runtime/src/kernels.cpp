@@ -16,6 +16,28 @@ namespace rt_moe {
 std::string KernelSpec::source() const {
   const std::string bounds = min_blocks > 0 ? fmt::format("RtMoeKernel::kThreads, {}", min_blocks)
                                             : std::string("RtMoeKernel::kThreads");
+  if (env().stage_timeline) {
+    // Thread 0 of each block lowers the start to its entry time, lane 0 of each warp raises the
+    // end to its exit time (after run() returns: the warp's last work, its stores issued).
+    return fmt::format(
+        "#include \"{0}\"\n"
+        "using RtMoeKernel = {1};\n"
+        "extern \"C\" __device__ unsigned long long {6}[2] = {{~0ull, 0ull}};\n"
+        "__device__ __forceinline__ unsigned long long rt_moe_now() {{\n"
+        "  unsigned long long t;\n"
+        "  asm volatile(\"mov.u64 %0, %%globaltimer;\" : \"=l\"(t));\n"
+        "  return t;\n"
+        "}}\n"
+        "extern \"C\" __global__ void __launch_bounds__({5})\n"
+        "{3}(const __grid_constant__ {2} params) {{\n"
+        "  if (threadIdx.x == 0) atomicMin(&{6}[0], rt_moe_now());\n"
+        "  RtMoeKernel::run(params);\n"
+        "  if (threadIdx.x % 32 == 0) atomicMax(&{6}[1], rt_moe_now());\n"
+        "}}\n"
+        "extern \"C\" __device__ rt_moe::KernelMeta {4} = {{RtMoeKernel::kThreads, "
+        "RtMoeKernel::kSmemBytes}};\n",
+        header, instance, params, kEntryName, kMetaName, bounds, kTimelineName);
+  }
   return fmt::format(
       "#include \"{0}\"\n"
       "using RtMoeKernel = {1};\n"
@@ -53,6 +75,7 @@ CompiledCubin compile_cubin(const KernelSpec& spec, const std::string& arch,
     request.source = spec.source();
     request.arch = arch;
     request.name_expressions = {std::string("&") + kMetaName};
+    if (env().stage_timeline) request.name_expressions.push_back(std::string("&") + kTimelineName);
     std::string cubin = nvrtc::compile(request).cubin;
     // A kernel that spills runs slower than its tile promises: say so where it is compiled (the
     // prewarm tool, or a first forward), once, not at each load from the cache.
@@ -98,6 +121,14 @@ const Kernel& KernelCache::get(const KernelSpec& spec) {
   RT_MOE_CALL(cuMemcpyDtoH, &meta, meta_ptr, sizeof(meta));
   kernel.threads = meta.threads;
   kernel.smem_bytes = meta.smem_bytes;
+  if (env().stage_timeline) {
+    std::size_t bytes = 0;
+    RT_MOE_CALL(cuModuleGetGlobal, &kernel.timeline, &bytes, module, kTimelineName);
+    if (bytes != 2 * sizeof(std::uint64_t)) {
+      throw Error(ErrorCode::kInternal, fmt::format("{}: {} is {} bytes, expected 16", kernel.name,
+                                                    kTimelineName, bytes));
+    }
+  }
   if (kernel.smem_bytes > 48 * 1024) {
     RT_MOE_CALL(cuFuncSetAttribute, kernel.function,
                 CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, kernel.smem_bytes);

@@ -33,6 +33,8 @@ struct KernelSpec {
 
 inline constexpr const char* kEntryName = "rt_moe_entry";
 inline constexpr const char* kMetaName = "rt_moe_meta";
+// With EnvConfig::stage_timeline: {first block's start, last warp's end} in %globaltimer ns.
+inline constexpr const char* kTimelineName = "rt_moe_timeline";
 
 // The process-wide cubin cache, configured from the environment on first use.
 cache::CubinCache& cubin_cache();
@@ -52,6 +54,7 @@ struct Kernel {
   int threads = 0;
   int smem_bytes = 0;
   std::string name;
+  CUdeviceptr timeline = 0;  // kTimelineName's two counters, with EnvConfig::stage_timeline
 };
 
 // Loaded kernels of one context. get() is thread-safe and loads each spec once.

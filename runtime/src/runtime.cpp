@@ -517,6 +517,43 @@ MoeRuntime::RoutingView MoeRuntime::last_routing() const {
           reinterpret_cast<const float*>(ws + m.last_plan->layout.topk_weights), m.last_tokens};
 }
 
+std::vector<MoeRuntime::StageSpan> MoeRuntime::stage_timeline(std::int64_t tokens) {
+  if (!env().stage_timeline) {
+    throw Error(
+        ErrorCode::kInvalidArgument,
+        "stage_timeline: the kernels record no timeline; set RT_MOE_STAGE_TIMELINE=1 in the "
+        "environment before the process loads them");
+  }
+  const Bucket b = bucket_for(impl_->config, std::max<std::int64_t>(tokens, 1));
+  std::vector<std::pair<const char*, const Kernel*>> kernels;
+  {
+    std::lock_guard<std::mutex> lock(impl_->mutex);
+    auto it = impl_->plans.find(b.group_sum_max);
+    if (it == impl_->plans.end()) {
+      throw Error(ErrorCode::kInvalidArgument,
+                  fmt::format("stage_timeline({}): bucket {} has no plan yet (run a forward of "
+                              "its size first)",
+                              tokens, b.group_sum_max));
+    }
+    const LaunchPlan& p = it->second;
+    kernels = {{"router", p.router},   {"topk", p.topk},       {"offsets", p.offsets},
+               {"scatter", p.scatter}, {"gate_up", p.gate_up}, {"down", p.down},
+               {"combine", p.combine}};
+  }
+  driver::ScopedContext scope(impl_->context.get());
+  RT_MOE_CALL(cuCtxSynchronize);
+  std::vector<StageSpan> spans;
+  const std::uint64_t cleared[2] = {~std::uint64_t(0), 0};
+  for (const auto& [stage, kernel] : kernels) {
+    if (kernel == nullptr || kernel->timeline == 0) continue;
+    std::uint64_t span[2] = {};
+    RT_MOE_CALL(cuMemcpyDtoH, span, kernel->timeline, sizeof(span));
+    RT_MOE_CALL(cuMemcpyHtoD, kernel->timeline, cleared, sizeof(cleared));
+    if (span[0] != cleared[0]) spans.push_back({stage, span[0], span[1]});
+  }
+  return spans;
+}
+
 std::string MoeRuntime::describe(std::int64_t tokens) const {
   const MoeConfig& c = impl_->config;
   Bucket b = bucket_for(c, std::max<std::int64_t>(tokens, 1));

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <set>
 
+#include "base/env.h"
 #include "forward_check.h"
 #include "specs.h"
 
@@ -204,6 +205,17 @@ TEST_CASE("bad arguments give clear errors", "[forward]") {
   MoeConfig bad = c;
   bad.top_k = 9;
   CHECK(code_of([&] { MoeRuntime r(bad); }) == ErrorCode::kInvalidArgument);
+  // The stage timeline: only with RT_MOE_STAGE_TIMELINE=1, and only for a bucket with a plan.
+  CHECK(code_of([&] { moe.stage_timeline(4); }) == ErrorCode::kInvalidArgument);
+  if (env().stage_timeline) {
+    moe.forward(x_dev.as<void>(), out_dev.as<void>(), 4, nullptr);
+    moe.stage_timeline(4);  // clears
+    moe.forward(x_dev.as<void>(), out_dev.as<void>(), 4, nullptr);
+    const std::vector<MoeRuntime::StageSpan> spans = moe.stage_timeline(4);
+    CHECK(spans.size() >= 3);  // routing, the expert GEMMs, the combine
+    for (const MoeRuntime::StageSpan& s : spans) CHECK(s.end_ns > s.start_ns);
+    CHECK(moe.stage_timeline(4).empty());  // cleared by the last call, nothing ran since
+  }
 }
 
 }  // namespace rt_moe::test

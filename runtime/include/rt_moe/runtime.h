@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "rt_moe/config.h"
 #include "rt_moe/error.h"
@@ -93,6 +94,18 @@ class MoeRuntime {
     std::int64_t tokens = 0;
   };
   RoutingView last_routing() const;
+
+  // Diagnostics: with RT_MOE_STAGE_TIMELINE=1 in the environment when the kernels load, each
+  // kernel records when its first block started and its last warp ended (%globaltimer, ns). This
+  // returns those of the kernels of `tokens`' bucket (whose plan a forward built) since the last
+  // call, and clears them: call it, run one forward (or graph replay), call it again. Synchronizes
+  // the device. A kernel that did not run is left out. Error(kInvalidArgument) without the
+  // variable, or before the bucket's first forward.
+  struct StageSpan {
+    std::string stage;  // "router", "topk", "offsets", "scatter", "gate_up", "down", "combine"
+    std::uint64_t start_ns = 0, end_ns = 0;
+  };
+  std::vector<StageSpan> stage_timeline(std::int64_t tokens);
 
   const MoeConfig& config() const;
   // One line for logs and the benchmark: the bucket and the kernels a forward of `tokens` runs.

@@ -12,7 +12,11 @@ struct EnvConfig {
   std::uint64_t cache_max_bytes;  // RT_MOE_CACHE_MAX_MB (default 2048 MB)
   std::string log_level;          // RT_MOE_LOG_LEVEL (default "warn")
   bool tune = false;              // RT_MOE_TUNE=1
-  std::string cuda_home;          // CUDA_HOME, else CUDA_PATH (may be empty)
+  // RT_MOE_STAGE_TIMELINE=1: every kernel records when its first block started and its last warp
+  // ended (MoeRuntime::stage_timeline); a diagnostic, it changes the kernels' source and cache
+  // keys.
+  bool stage_timeline = false;
+  std::string cuda_home;  // CUDA_HOME, else CUDA_PATH (may be empty)
 };
 
 // Parsed once, on first use. Bad values are reported on stderr once and replaced by the default.
