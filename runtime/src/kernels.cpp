@@ -13,10 +13,12 @@
 
 namespace rt_moe {
 
-std::string KernelSpec::source() const {
+std::string KernelSpec::source() const { return source(env().stage_timeline); }
+
+std::string KernelSpec::source(bool timeline) const {
   const std::string bounds = min_blocks > 0 ? fmt::format("RtMoeKernel::kThreads, {}", min_blocks)
                                             : std::string("RtMoeKernel::kThreads");
-  if (env().stage_timeline) {
+  if (timeline) {
     // Thread 0 of each block lowers the start to its entry time, lane 0 of each warp raises the
     // end to its exit time (after run() returns: the warp's last work, its stores issued).
     return fmt::format(

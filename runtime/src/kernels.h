@@ -24,7 +24,10 @@ struct KernelSpec {
   std::string params;    // parameter struct, e.g. "rt_moe::CombineParams"
   int min_blocks = 0;    // > 0: __launch_bounds__'s minimum blocks per SM (a register cap)
 
+  // With `timeline` (EnvConfig::stage_timeline, the default's source), the entry also records its
+  // first block's start and its last warp's end in kTimelineName.
   std::string source() const;
+  std::string source(bool timeline) const;
   // Everything that affects the cubin: schema (added by Preimage), source, the bytes of every
   // embedded template, NVRTC's options, the exact arch and NVRTC's version.
   cache::Preimage preimage(const std::string& arch) const;

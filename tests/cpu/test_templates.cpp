@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "base/env.h"
 #include "compiler.h"
 #include "cubin_info.h"
 #include "kernels.h"
@@ -93,6 +94,32 @@ TEST_CASE("every kernel template compiles for sm_90a (DeepSeek-V3 shape, all til
           CHECK(no_local_memory(cubin));
         }
       }
+    }
+  }
+}
+
+TEST_CASE(
+    "the stage timeline's entries (RT_MOE_STAGE_TIMELINE) compile, the default's do not change",
+    "[nvrtc]") {
+  const MoeConfig c = make_config(7168, 2048, 256, 1, 8, DType::kBF16);
+  for (long long tokens : {1LL, 512LL, 4096LL}) {
+    const GemmTile tile = default_tile(c, tokens, "sm_90a");
+    for (const KernelSpec& spec : forward_specs(c, tile, tokens)) {
+      INFO(spec.name());
+      // Without RT_MOE_STAGE_TIMELINE the source has no timeline, and the cache keys of
+      // production kernels stay as they were.
+      CHECK(spec.source() == spec.source(env().stage_timeline));
+      CHECK(spec.source(false).find(kTimelineName) == std::string::npos);
+      const std::string timed = spec.source(true);
+      CHECK(timed.find(kTimelineName) != std::string::npos);
+      nvrtc::Request request;
+      request.name = spec.name();
+      request.source = timed;
+      request.arch = "sm_90a";
+      request.name_expressions = {std::string("&") + kMetaName, std::string("&") + kTimelineName};
+      const std::string cubin = nvrtc::compile(request).cubin;
+      CHECK(is_elf(cubin));
+      CHECK(no_local_memory(cubin));
     }
   }
 }
