@@ -18,36 +18,36 @@ std::string KernelSpec::source() const { return source(env().stage_timeline); }
 std::string KernelSpec::source(bool timeline) const {
   const std::string bounds = min_blocks > 0 ? fmt::format("RtMoeKernel::kThreads, {}", min_blocks)
                                             : std::string("RtMoeKernel::kThreads");
+  // The default entry calls run() alone (its text is part of every production kernel's cache
+  // key). With the timeline, thread 0 of each block lowers the start to its entry time, lane 0 of
+  // each warp raises the end to its exit time (after run() returns: the warp's last work issued).
+  std::string globals, body = "{ RtMoeKernel::run(params); }";
   if (timeline) {
-    // Thread 0 of each block lowers the start to its entry time, lane 0 of each warp raises the
-    // end to its exit time (after run() returns: the warp's last work, its stores issued).
-    return fmt::format(
-        "#include \"{0}\"\n"
-        "using RtMoeKernel = {1};\n"
-        "extern \"C\" __device__ unsigned long long {6}[2] = {{~0ull, 0ull}};\n"
+    globals = fmt::format(
+        "extern \"C\" __device__ unsigned long long {0}[2] = {{~0ull, 0ull}};\n"
         "__device__ __forceinline__ unsigned long long rt_moe_now() {{\n"
         "  unsigned long long t;\n"
         "  asm volatile(\"mov.u64 %0, %%globaltimer;\" : \"=l\"(t));\n"
         "  return t;\n"
-        "}}\n"
-        "extern \"C\" __global__ void __launch_bounds__({5})\n"
-        "{3}(const __grid_constant__ {2} params) {{\n"
-        "  if (threadIdx.x == 0) atomicMin(&{6}[0], rt_moe_now());\n"
+        "}}\n",
+        kTimelineName);
+    body = fmt::format(
+        "{{\n"
+        "  if (threadIdx.x == 0) atomicMin(&{0}[0], rt_moe_now());\n"
         "  RtMoeKernel::run(params);\n"
-        "  if (threadIdx.x % 32 == 0) atomicMax(&{6}[1], rt_moe_now());\n"
-        "}}\n"
-        "extern \"C\" __device__ rt_moe::KernelMeta {4} = {{RtMoeKernel::kThreads, "
-        "RtMoeKernel::kSmemBytes}};\n",
-        header, instance, params, kEntryName, kMetaName, bounds, kTimelineName);
+        "  if (threadIdx.x % 32 == 0) atomicMax(&{0}[1], rt_moe_now());\n"
+        "}}",
+        kTimelineName);
   }
   return fmt::format(
       "#include \"{0}\"\n"
       "using RtMoeKernel = {1};\n"
+      "{6}"
       "extern \"C\" __global__ void __launch_bounds__({5})\n"
-      "{3}(const __grid_constant__ {2} params) {{ RtMoeKernel::run(params); }}\n"
+      "{3}(const __grid_constant__ {2} params) {7}\n"
       "extern \"C\" __device__ rt_moe::KernelMeta {4} = {{RtMoeKernel::kThreads, "
       "RtMoeKernel::kSmemBytes}};\n",
-      header, instance, params, kEntryName, kMetaName, bounds);
+      header, instance, params, kEntryName, kMetaName, bounds, globals, body);
 }
 
 cache::Preimage KernelSpec::preimage(const std::string& arch) const {
