@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 
 #include "base/env.h"
@@ -13,6 +14,22 @@
 
 namespace rt_moe {
 
+std::vector<std::uint64_t> cleared_timeline() {
+  std::vector<std::uint64_t> words(kTimelineBytes / sizeof(std::uint64_t), 0);
+  for (int s = 0; s < kTimelineSlots; ++s) words[std::size_t(s) * kTimelineSlotWords] = ~0ull;
+  return words;
+}
+
+std::pair<std::uint64_t, std::uint64_t> reduce_timeline(const std::vector<std::uint64_t>& words) {
+  std::uint64_t start = ~0ull, end = 0;
+  for (std::size_t s = 0; s + 1 < words.size(); s += kTimelineSlotWords) {
+    if (words[s] == ~0ull) continue;  // no block of this slot ran
+    start = std::min(start, words[s]);
+    end = std::max(end, words[s + 1]);
+  }
+  return {start, end};
+}
+
 std::string KernelSpec::source() const { return source(env().stage_timeline); }
 
 std::string KernelSpec::source(bool timeline) const {
@@ -20,24 +37,29 @@ std::string KernelSpec::source(bool timeline) const {
                                             : std::string("RtMoeKernel::kThreads");
   // The default entry calls run() alone (its text is part of every production kernel's cache
   // key). With the timeline, thread 0 of each block lowers the start to its entry time, lane 0 of
-  // each warp raises the end to its exit time (after run() returns: the warp's last work issued).
+  // each warp raises the end to its exit time (after run() returns: the warp's last work issued),
+  // in the slot of its block (block index mod kTimelineSlots, slots a 128-byte line apart): one
+  // address for every warp of a grid serialized its atomics in L2 (the combine's ~460 thousand
+  // warps at DeepSeek-V3 T = 16384), the kernel's end waiting for them.
   std::string globals, body = "{ RtMoeKernel::run(params); }";
   if (timeline) {
     globals = fmt::format(
-        "extern \"C\" __device__ unsigned long long {0}[2] = {{~0ull, 0ull}};\n"
+        "extern \"C\" __device__ unsigned long long {0}[{1} * {2}];\n"
         "__device__ __forceinline__ unsigned long long rt_moe_now() {{\n"
         "  unsigned long long t;\n"
         "  asm volatile(\"mov.u64 %0, %%globaltimer;\" : \"=l\"(t));\n"
         "  return t;\n"
         "}}\n",
-        kTimelineName);
+        kTimelineName, kTimelineSlots, kTimelineSlotWords);
     body = fmt::format(
         "{{\n"
-        "  if (threadIdx.x == 0) atomicMin(&{0}[0], rt_moe_now());\n"
+        "  unsigned long long* slot = {0} + {2} * ((blockIdx.x + gridDim.x * (blockIdx.y + "
+        "gridDim.y * blockIdx.z)) % {1});\n"
+        "  if (threadIdx.x == 0) atomicMin(&slot[0], rt_moe_now());\n"
         "  RtMoeKernel::run(params);\n"
-        "  if (threadIdx.x % 32 == 0) atomicMax(&{0}[1], rt_moe_now());\n"
+        "  if (threadIdx.x % 32 == 0) atomicMax(&slot[1], rt_moe_now());\n"
         "}}",
-        kTimelineName);
+        kTimelineName, kTimelineSlots, kTimelineSlotWords);
   }
   return fmt::format(
       "#include \"{0}\"\n"
@@ -126,10 +148,13 @@ const Kernel& KernelCache::get(const KernelSpec& spec) {
   if (env().stage_timeline) {
     std::size_t bytes = 0;
     RT_MOE_CALL(cuModuleGetGlobal, &kernel.timeline, &bytes, module, kTimelineName);
-    if (bytes != 2 * sizeof(std::uint64_t)) {
-      throw Error(ErrorCode::kInternal, fmt::format("{}: {} is {} bytes, expected 16", kernel.name,
-                                                    kTimelineName, bytes));
+    if (bytes != kTimelineBytes) {
+      throw Error(ErrorCode::kInternal, fmt::format("{}: {} is {} bytes, expected {}", kernel.name,
+                                                    kTimelineName, bytes, kTimelineBytes));
     }
+    // Every slot cleared: a start of ~0 and an end of 0 (then stage_timeline clears them).
+    const std::vector<std::uint64_t> cleared = cleared_timeline();
+    RT_MOE_CALL(cuMemcpyHtoD, kernel.timeline, cleared.data(), kTimelineBytes);
   }
   if (kernel.smem_bytes > 48 * 1024) {
     RT_MOE_CALL(cuFuncSetAttribute, kernel.function,

@@ -4,11 +4,14 @@
 
 #include <cuda.h>
 
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <type_traits>
 #include <unordered_map>
+#include <utility>
+#include <vector>
 
 #include "disk_cache.h"
 #include "driver.h"
@@ -36,8 +39,18 @@ struct KernelSpec {
 
 inline constexpr const char* kEntryName = "rt_moe_entry";
 inline constexpr const char* kMetaName = "rt_moe_meta";
-// With EnvConfig::stage_timeline: {first block's start, last warp's end} in %globaltimer ns.
+// With EnvConfig::stage_timeline: kTimelineSlots slots of kTimelineSlotWords words, the first two
+// of each {first block's start, last warp's end} in %globaltimer ns over the blocks of that slot
+// (block index mod kTimelineSlots); a start of ~0 is a slot no block ran in.
 inline constexpr const char* kTimelineName = "rt_moe_timeline";
+inline constexpr int kTimelineSlots = 64;
+inline constexpr int kTimelineSlotWords = 16;  // a 128-byte line a slot
+inline constexpr std::size_t kTimelineBytes =
+    std::size_t(kTimelineSlots) * kTimelineSlotWords * sizeof(std::uint64_t);
+// The timeline global as no block has touched it.
+std::vector<std::uint64_t> cleared_timeline();
+// {start, end} over the slots of a timeline global's contents (start ~0: no block ran).
+std::pair<std::uint64_t, std::uint64_t> reduce_timeline(const std::vector<std::uint64_t>& words);
 
 // The process-wide cubin cache, configured from the environment on first use.
 cache::CubinCache& cubin_cache();
@@ -57,7 +70,7 @@ struct Kernel {
   int threads = 0;
   int smem_bytes = 0;
   std::string name;
-  CUdeviceptr timeline = 0;  // kTimelineName's two counters, with EnvConfig::stage_timeline
+  CUdeviceptr timeline = 0;  // kTimelineName's slots, with EnvConfig::stage_timeline
 };
 
 // Loaded kernels of one context. get() is thread-safe and loads each spec once.

@@ -543,13 +543,14 @@ std::vector<MoeRuntime::StageSpan> MoeRuntime::stage_timeline(std::int64_t token
   driver::ScopedContext scope(impl_->context.get());
   RT_MOE_CALL(cuCtxSynchronize);
   std::vector<StageSpan> spans;
-  const std::uint64_t cleared[2] = {~std::uint64_t(0), 0};
+  const std::vector<std::uint64_t> cleared = cleared_timeline();
+  std::vector<std::uint64_t> words(cleared.size());
   for (const auto& [stage, kernel] : kernels) {
     if (kernel == nullptr || kernel->timeline == 0) continue;
-    std::uint64_t span[2] = {};
-    RT_MOE_CALL(cuMemcpyDtoH, span, kernel->timeline, sizeof(span));
-    RT_MOE_CALL(cuMemcpyHtoD, kernel->timeline, cleared, sizeof(cleared));
-    if (span[0] != cleared[0]) spans.push_back({stage, span[0], span[1]});
+    RT_MOE_CALL(cuMemcpyDtoH, words.data(), kernel->timeline, kTimelineBytes);
+    RT_MOE_CALL(cuMemcpyHtoD, kernel->timeline, cleared.data(), kTimelineBytes);
+    const auto [start, end] = reduce_timeline(words);
+    if (start != ~std::uint64_t(0)) spans.push_back({stage, start, end});
   }
   return spans;
 }

@@ -5,7 +5,9 @@
 
 #include <fmt/format.h>
 
+#include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "base/env.h"
@@ -122,6 +124,22 @@ TEST_CASE(
       CHECK(no_local_memory(cubin));
     }
   }
+}
+
+TEST_CASE("the stage timeline's slots reduce to the earliest start and the latest end",
+          "[timeline]") {
+  std::vector<std::uint64_t> words = cleared_timeline();
+  REQUIRE(words.size() * sizeof(std::uint64_t) == kTimelineBytes);
+  // No block ran: no span.
+  CHECK(reduce_timeline(words).first == ~std::uint64_t(0));
+  CHECK(reduce_timeline(words).second == 0);
+  // Blocks of three slots ran; the earliest start and the latest end are in different slots, and
+  // the slots no block ran in (start ~0, end 0) take no part.
+  const auto slot = [&](int s) { return words.begin() + std::ptrdiff_t(s) * kTimelineSlotWords; };
+  slot(0)[0] = 500, slot(0)[1] = 900;
+  slot(7)[0] = 300, slot(7)[1] = 800;
+  slot(kTimelineSlots - 1)[0] = 600, slot(kTimelineSlots - 1)[1] = 1200;
+  CHECK(reduce_timeline(words) == std::pair<std::uint64_t, std::uint64_t>{300, 1200});
 }
 
 TEST_CASE("the fused decode tile's smallest buckets run one kernel for top-k, offsets and scatter",
