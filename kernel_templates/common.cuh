@@ -222,5 +222,23 @@ __device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], unsigned address) 
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(address));
 }
+// Four 8 x 8 matrices of 16-bit elements to shared memory, transposed: r[i] holds matrix i's
+// row lane / 4, columns 2 (lane % 4) and + 1 (ldmatrix's layout); lane l gives the address of
+// row l % 8 of matrix l / 8 (16 bytes), where that row receives column l % 8 of the matrix.
+__device__ __forceinline__ void stmatrix_x4_trans(unsigned address, const unsigned (&r)[4]) {
+  asm volatile(
+      "stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(address),
+      "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3])
+      : "memory");
+}
+// A 16-byte load from shared memory.
+__device__ __forceinline__ uint4 ld_shared_v4(unsigned address) {
+  uint4 v;
+  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "r"(address)
+               : "memory");
+  return v;
+}
 
 }  // namespace rt_moe

@@ -184,7 +184,14 @@ struct GroupedGemmSm90Swap {
   // pair and weight of each token row of the consumers' tile (kDown).
   static constexpr int kBarrierBytes = 2 * STAGES * 8 + STAGES * 4 + 8;
   static constexpr int kPairBytes = MODE == kDown ? TOKENS * 8 : 0;
-  static constexpr int kSmemBytes = STAGES * kStageBytes + kBarrierBytes + kPairBytes + 1024;
+  // kDown with fp16 y: each consumer warp transposes its accumulators into its own staging area
+  // (stmatrix .trans), 32 token rows of 16 columns at a time, and stores whole 16-byte chunks of
+  // y rows from there (store_staged); 1 KB a warp.
+  static constexpr bool kStagedY = MODE == kDown && YOps<Y>::kBytes == 2;
+  static constexpr int kStagingWarpBytes = 32 * 32;  // 32 tokens x 16 columns of fp16
+  static constexpr int kStagingBytes = kStagedY ? CONSUMERS * 4 * kStagingWarpBytes : 0;
+  static constexpr int kSmemBytes =
+      STAGES * kStageBytes + kStagingBytes + kBarrierBytes + kPairBytes + 1024;
   static constexpr int kAcc =
       TOKENS / 2;  // fp32 accumulators of one wgmma (N = TOKENS), per thread
   static constexpr int kRowsPerProducer = TOKENS * 8 / 128;  // 16-byte chunks of 128 threads
@@ -197,6 +204,8 @@ struct GroupedGemmSm90Swap {
                 "wgmma N variants of 16 to 160 token rows");
   static_assert(STAGES >= 2, "a ring of at least two stages");
   static_assert(kTokenBytes % 1024 == 0, "tiles start 1024-byte aligned for the 128-byte swizzle");
+  static_assert(kSmemBytes <= kMaxDynamicSmemSm90, "the ring and the staging fit an SM");
+  static_assert(!kStagedY || H % 8 == 0, "staged y rows leave in 16-byte chunks of 8 columns");
 
   static __device__ __forceinline__ BandTile tile_of(const GemmParams& g, int tile, int num_blocks,
                                                      int band) {
@@ -263,7 +272,7 @@ struct GroupedGemmSm90Swap {
 
   static __device__ void consume(const GemmTmaParams& p, unsigned smem_base, unsigned full,
                                  unsigned empty, const int* tile_slots, int* tile_pairs,
-                                 int num_blocks) {
+                                 int num_blocks, unsigned staging) {
     const GemmParams& g = p.gemm;
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
     const int group = warp / 4, warp_in_group = warp % 4;
@@ -327,8 +336,15 @@ struct GroupedGemmSm90Swap {
       wgmma_wait<0>();
       release_stage(release);
       if (MODE == kDown) named_barrier_sync<2, 128 * CONSUMERS>();  // the tile's pairs are in
-      store<0>(g, acc0, acc1, tile_pairs, tile_weights, m0, n, t.n_block, group,
-               warp_in_group * 16 + lane / 4, lane);
+      if constexpr (kStagedY) {
+        const unsigned mine = staging + warp * kStagingWarpBytes;
+        const int col = t.n_block * kOutCols + group * 128 + warp_in_group * 16;
+        store_staged(g, acc0, tile_pairs, tile_weights, n, col, lane, mine);
+        store_staged(g, acc1, tile_pairs, tile_weights, n, col + 64, lane, mine);
+      } else {
+        store<0>(g, acc0, acc1, tile_pairs, tile_weights, m0, n, t.n_block, group,
+                 warp_in_group * 16 + lane / 4, lane);
+      }
     }
   }
 
@@ -398,6 +414,64 @@ struct GroupedGemmSm90Swap {
     }
   }
 
+  // kDown with fp16 y: the 16 weight rows of this warp in one 64-row slice (acc: rows `col` ..
+  // `col` + 15 of y, the accumulators' rows lane / 4 and lane / 4 + 8) for the tile's first n
+  // tokens, 32 tokens at a time. The fragment of tokens 8 j .. 8 j + 7 and 8 rows is an 8 x 8
+  // matrix in ldmatrix's layout (a lane holds row lane / 4, tokens 2 (lane % 4) and + 1), so
+  // stmatrix .trans writes it as 8 token rows of 16 bytes (8 columns of y): a token's 16 columns
+  // are 32 bytes of the warp's staging, the two 16-byte halves swapped for tokens 4-7 of each 8
+  // (no bank conflict for the 8 rows of a matrix, 32 bytes apart). Then each lane loads one
+  // 16-byte half of a token row and stores it to that token's y row (evict-first, as store_y):
+  // 16 tokens x 32 bytes a warp store, whole sectors; 4 stmatrix and 4 stores a lane for 32
+  // tokens, where store() needs 32 shuffles and 32 stores of 4 bytes.
+  static __device__ __forceinline__ void store_staged(const GemmParams& g, const float* acc,
+                                                      const int* tile_pairs,
+                                                      const float* tile_weights, int n, int col,
+                                                      int lane, unsigned staging) {
+    // The address this lane gives stmatrix: row lane % 8 of matrix lane / 8 (tokens 8 (lane / 16)
+    // + lane % 8 of a 16-token half of the chunk, rows 8 ((lane / 8) % 2) + ...).
+    const int row_token = 8 * (lane / 16) + lane % 8;
+    const int row_half = (lane / 8) % 2;
+    const unsigned row_address =
+        staging + row_token * 32 + ((row_half ^ ((row_token >> 2) & 1)) << 4);
+#pragma unroll
+    for (int chunk = 0; chunk < (TOKENS + 31) / 32; ++chunk) {
+      if (32 * chunk >= n) break;  // n is the same in every lane
+#pragma unroll
+      for (int q = 0; q < 2; ++q) {  // tokens 16 q .. 16 q + 15 of the chunk: j and j + 1
+        unsigned r[4];
+#pragma unroll
+        for (int jj = 0; jj < 2; ++jj) {
+          const int j = 4 * chunk + 2 * q + jj;
+          if (j < TOKENS / 8) {
+            const float2 w =
+                *reinterpret_cast<const float2*>(tile_weights + 8 * j + 2 * (lane % 4));
+            r[2 * jj] = YOps<Y>::pack(acc[4 * j] * w.x, acc[4 * j + 1] * w.y);
+            r[2 * jj + 1] = YOps<Y>::pack(acc[4 * j + 2] * w.x, acc[4 * j + 3] * w.y);
+          } else {
+            r[2 * jj] = r[2 * jj + 1] = 0u;
+          }
+        }
+        stmatrix_x4_trans(row_address + q * 16 * 32, r);
+      }
+      __syncwarp();
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int token = 16 * half + lane / 2;  // of the chunk
+        const int part = lane % 2;               // columns 8 part .. 8 part + 7
+        const int t = 32 * chunk + token;
+        const uint4 v = ld_shared_v4(staging + token * 32 + ((part ^ ((token >> 2) & 1)) << 4));
+        const int pair = t < n ? tile_pairs[t] : -1;
+        if (pair >= 0 && col + 8 * part < H) {
+          __stcs(reinterpret_cast<uint4*>(reinterpret_cast<typename YOps<Y>::Elem*>(g.out) +
+                                          (long long)pair * H + col + 8 * part),
+                 v);
+        }
+      }
+      __syncwarp();  // the chunk's loads, before the next chunk's stmatrix
+    }
+  }
+
   // y of one lane pair (see store): tokens t (value a) and t + 1 (value b) of one column.
   static __device__ __forceinline__ void store_y(const GemmParams& g, float a, float b, int pair,
                                                  float weight, int col, bool odd) {
@@ -419,7 +493,8 @@ struct GroupedGemmSm90Swap {
     grid_dependency_wait();
     extern __shared__ __align__(1024) unsigned char smem[];
     const unsigned smem_base = (smem_address(smem) + 1023u) & ~1023u;
-    const unsigned full = smem_base + STAGES * kStageBytes;
+    const unsigned staging = smem_base + STAGES * kStageBytes;  // kStagingBytes (kStagedY)
+    const unsigned full = staging + kStagingBytes;
     const unsigned empty = full + 8 * STAGES;
     int* tile_slots = reinterpret_cast<int*>(smem + (empty + 8 * STAGES - smem_address(smem)));
     int* broadcast = tile_slots + STAGES;
@@ -439,7 +514,7 @@ struct GroupedGemmSm90Swap {
       produce(p, smem_base, full, empty, tile_slots, broadcast, tiles, num_blocks);
     } else {
       warpgroup_registers_inc<224>();
-      consume(p, smem_base, full, empty, tile_slots, tile_pairs, num_blocks);
+      consume(p, smem_base, full, empty, tile_slots, tile_pairs, num_blocks, staging);
     }
   }
 };
