@@ -444,8 +444,10 @@ struct GroupedGemmSm90Swap {
         for (int jj = 0; jj < 2; ++jj) {
           const int j = 4 * chunk + 2 * q + jj;
           if (j < TOKENS / 8) {
-            const float2 w =
-                *reinterpret_cast<const float2*>(tile_weights + 8 * j + 2 * (lane % 4));
+            // Two 4-byte loads: tile_weights is 4-byte aligned only (after an odd STAGES of
+            // tile slots), and a float2 load faulted there (misaligned address, s5 tiles).
+            const int t0 = 8 * j + 2 * (lane % 4);
+            const float2 w = make_float2(tile_weights[t0], tile_weights[t0 + 1]);
             r[2 * jj] = YOps<Y>::pack(acc[4 * j] * w.x, acc[4 * j + 1] * w.y);
             r[2 * jj + 1] = YOps<Y>::pack(acc[4 * j + 2] * w.x, acc[4 * j + 3] * w.y);
           } else {
