@@ -184,10 +184,10 @@ struct GroupedGemmSm90Swap {
   // pair and weight of each token row of the consumers' tile (kDown).
   static constexpr int kBarrierBytes = 2 * STAGES * 8 + STAGES * 4 + 8;
   static constexpr int kPairBytes = MODE == kDown ? TOKENS * 8 : 0;
-  // kDown with fp16 y: each consumer warp transposes its accumulators into its own staging area
-  // (stmatrix .trans), 32 token rows of 16 columns at a time, and stores whole 16-byte chunks of
-  // y rows from there (store_staged); 1 KB a warp.
-  static constexpr bool kStagedY = MODE == kDown && YOps<Y>::kBytes == 2;
+  // h (kGateUp) and fp16 y (kDown): each consumer warp transposes its outputs into its own
+  // staging area (stmatrix .trans), 32 token rows of 16 columns at a time, and stores whole
+  // 16-byte chunks of the output rows from there (store_staged); 1 KB a warp.
+  static constexpr bool kStagedY = MODE == kGateUp || YOps<Y>::kBytes == 2;
   static constexpr int kStagingWarpBytes = 32 * 32;  // 32 tokens x 16 columns of fp16
   static constexpr int kStagingBytes = kStagedY ? CONSUMERS * 4 * kStagingWarpBytes : 0;
   static constexpr int kSmemBytes =
@@ -205,7 +205,8 @@ struct GroupedGemmSm90Swap {
   static_assert(STAGES >= 2, "a ring of at least two stages");
   static_assert(kTokenBytes % 1024 == 0, "tiles start 1024-byte aligned for the 128-byte swizzle");
   static_assert(kSmemBytes <= kMaxDynamicSmemSm90, "the ring and the staging fit an SM");
-  static_assert(!kStagedY || H % 8 == 0, "staged y rows leave in 16-byte chunks of 8 columns");
+  static_assert(!kStagedY || (H % 8 == 0 && I % 8 == 0),
+                "staged rows leave in 16-byte chunks of 8 columns");
 
   static __device__ __forceinline__ BandTile tile_of(const GemmParams& g, int tile, int num_blocks,
                                                      int band) {
@@ -338,9 +339,15 @@ struct GroupedGemmSm90Swap {
       if (MODE == kDown) named_barrier_sync<2, 128 * CONSUMERS>();  // the tile's pairs are in
       if constexpr (kStagedY) {
         const unsigned mine = staging + warp * kStagingWarpBytes;
-        const int col = t.n_block * kOutCols + group * 128 + warp_in_group * 16;
-        store_staged(g, acc0, tile_pairs, tile_weights, n, col, lane, mine);
-        store_staged(g, acc1, tile_pairs, tile_weights, n, col + 64, lane, mine);
+        if constexpr (MODE == kGateUp) {
+          // h = SiLU(gate) * up of 16 columns of this warpgroup's 64.
+          const int col = t.n_block * kOutCols + group * 64 + warp_in_group * 16;
+          store_staged<true>(g, acc0, acc1, tile_pairs, tile_weights, m0, n, col, lane, mine);
+        } else {
+          const int col = t.n_block * kOutCols + group * 128 + warp_in_group * 16;
+          store_staged<false>(g, acc0, acc0, tile_pairs, tile_weights, m0, n, col, lane, mine);
+          store_staged<false>(g, acc1, acc1, tile_pairs, tile_weights, m0, n, col + 64, lane, mine);
+        }
       } else {
         store<0>(g, acc0, acc1, tile_pairs, tile_weights, m0, n, t.n_block, group,
                  warp_in_group * 16 + lane / 4, lane);
@@ -414,20 +421,23 @@ struct GroupedGemmSm90Swap {
     }
   }
 
-  // kDown with fp16 y: the 16 weight rows of this warp in one 64-row slice (acc: rows `col` ..
-  // `col` + 15 of y, the accumulators' rows lane / 4 and lane / 4 + 8) for the tile's first n
-  // tokens, 32 tokens at a time. The fragment of tokens 8 j .. 8 j + 7 and 8 rows is an 8 x 8
-  // matrix in ldmatrix's layout (a lane holds row lane / 4, tokens 2 (lane % 4) and + 1), so
-  // stmatrix .trans writes it as 8 token rows of 16 bytes (8 columns of y): a token's 16 columns
-  // are 32 bytes of the warp's staging, the two 16-byte halves swapped for tokens 4-7 of each 8
-  // (no bank conflict for the 8 rows of a matrix, 32 bytes apart). Then each lane loads one
-  // 16-byte half of a token row and stores it to that token's y row (evict-first, as store_y):
-  // 16 tokens x 32 bytes a warp store, whole sectors; 4 stmatrix and 4 stores a lane for 32
-  // tokens, where store() needs 32 shuffles and 32 stores of 4 bytes.
-  static __device__ __forceinline__ void store_staged(const GemmParams& g, const float* acc,
-                                                      const int* tile_pairs,
-                                                      const float* tile_weights, int n, int col,
-                                                      int lane, unsigned staging) {
+  // The 16 weight rows of this warp in one 64-row slice for the tile's first n tokens, 32
+  // tokens at a time: kGateUp (GATE) h = SiLU(a) * b, the gate and up accumulators of 16 columns
+  // of h, to h's rows m0 + token; kDown a times the token's routing weight, 16 columns of y, to
+  // the token's pair row of y. The accumulators' rows lane / 4 and lane / 4 + 8 are output
+  // columns `col` + 0..15. The fragment of tokens 8 j .. 8 j + 7 and 8 rows is an 8 x 8 matrix
+  // in ldmatrix's layout (a lane holds row lane / 4, tokens 2 (lane % 4) and + 1), so stmatrix
+  // .trans writes it as 8 token rows of 16 bytes (8 output columns): a token's 16 columns are 32
+  // bytes of the warp's staging, the two 16-byte halves swapped for tokens 4-7 of each 8 (no
+  // bank conflict for the 8 rows of a matrix, 32 bytes apart). Then each lane loads one 16-byte
+  // half of a token row and stores it (y evict-first, as store_y): 16 tokens x 32 bytes a warp
+  // store, whole sectors; 4 stmatrix and 4 stores a lane for 32 tokens, where store() needs 32
+  // shuffles and 32 stores of 4 bytes.
+  template <bool GATE>
+  static __device__ __forceinline__ void store_staged(const GemmParams& g, const float* a,
+                                                      const float* b, const int* tile_pairs,
+                                                      const float* tile_weights, int m0, int n,
+                                                      int col, int lane, unsigned staging) {
     // The address this lane gives stmatrix: row lane % 8 of matrix lane / 8 (tokens 8 (lane / 16)
     // + lane % 8 of a 16-token half of the chunk, rows 8 ((lane / 8) % 2) + ...).
     const int row_token = 8 * (lane / 16) + lane % 8;
@@ -444,12 +454,19 @@ struct GroupedGemmSm90Swap {
         for (int jj = 0; jj < 2; ++jj) {
           const int j = 4 * chunk + 2 * q + jj;
           if (j < TOKENS / 8) {
-            // Two 4-byte loads: tile_weights is 4-byte aligned only (after an odd STAGES of
-            // tile slots), and a float2 load faulted there (misaligned address, s5 tiles).
-            const int t0 = 8 * j + 2 * (lane % 4);
-            const float2 w = make_float2(tile_weights[t0], tile_weights[t0 + 1]);
-            r[2 * jj] = YOps<Y>::pack(acc[4 * j] * w.x, acc[4 * j + 1] * w.y);
-            r[2 * jj + 1] = YOps<Y>::pack(acc[4 * j + 2] * w.x, acc[4 * j + 3] * w.y);
+            if constexpr (GATE) {
+              r[2 * jj] = DTypeOps<D>::pack2(silu_mul(a[4 * j], b[4 * j]),
+                                             silu_mul(a[4 * j + 1], b[4 * j + 1]));
+              r[2 * jj + 1] = DTypeOps<D>::pack2(silu_mul(a[4 * j + 2], b[4 * j + 2]),
+                                                 silu_mul(a[4 * j + 3], b[4 * j + 3]));
+            } else {
+              // Two 4-byte loads: tile_weights is 4-byte aligned only (after an odd STAGES of
+              // tile slots), and a float2 load faulted there (misaligned address, s5 tiles).
+              const int t0 = 8 * j + 2 * (lane % 4);
+              const float w0 = tile_weights[t0], w1 = tile_weights[t0 + 1];
+              r[2 * jj] = YOps<Y>::pack(a[4 * j] * w0, a[4 * j + 1] * w1);
+              r[2 * jj + 1] = YOps<Y>::pack(a[4 * j + 2] * w0, a[4 * j + 3] * w1);
+            }
           } else {
             r[2 * jj] = r[2 * jj + 1] = 0u;
           }
@@ -463,11 +480,18 @@ struct GroupedGemmSm90Swap {
         const int part = lane % 2;               // columns 8 part .. 8 part + 7
         const int t = 32 * chunk + token;
         const uint4 v = ld_shared_v4(staging + token * 32 + ((part ^ ((token >> 2) & 1)) << 4));
-        const int pair = t < n ? tile_pairs[t] : -1;
-        if (pair >= 0 && col + 8 * part < H) {
-          __stcs(reinterpret_cast<uint4*>(reinterpret_cast<typename YOps<Y>::Elem*>(g.out) +
-                                          (long long)pair * H + col + 8 * part),
-                 v);
+        if constexpr (GATE) {
+          if (t < n && col + 8 * part < I) {
+            *reinterpret_cast<uint4*>(reinterpret_cast<unsigned short*>(g.out) +
+                                      (long long)(m0 + t) * I + col + 8 * part) = v;
+          }
+        } else {
+          const int pair = t < n ? tile_pairs[t] : -1;
+          if (pair >= 0 && col + 8 * part < H) {
+            __stcs(reinterpret_cast<uint4*>(reinterpret_cast<typename YOps<Y>::Elem*>(g.out) +
+                                            (long long)pair * H + col + 8 * part),
+                   v);
+          }
         }
       }
       __syncwarp();  // the chunk's loads, before the next chunk's stmatrix
