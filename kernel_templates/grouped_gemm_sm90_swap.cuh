@@ -19,9 +19,10 @@
 //                holds g and u of the same (column, token): h = SiLU(g) * u, 128 columns a tile;
 //       kDown:   down rows [128 c, 128 c + 128), 256 columns a tile, y scaled by the routing
 //       weight.
-//   - the accumulators are (weight row, token): a lane holds two tokens of one column; one shuffle
-//     with the lane of the next column makes the stores two columns wide (h: 4 bytes, y: 8 bytes
-//     fp32 or 4 bytes fp16, Y: YOps).
+//   - the accumulators are (weight row, token): a lane holds two tokens of one column. h and fp16
+//     y leave through a 1 KB staging a warp (store_staged: stmatrix .trans makes token rows, then
+//     16-byte stores); fp32 y by one shuffle with the lane of the next column, 8-byte stores
+//     (store, Y: YOps).
 // Padding token rows are zero in the ring, so their h rows are written as zeros (inside the
 // expert's padded range); kDown skips them.
 #pragma once
