@@ -350,7 +350,7 @@ struct GroupedGemmSm90Swap {
           store_staged<false>(g, acc1, acc1, tile_pairs, tile_weights, m0, n, col + 64, lane, mine);
         }
       } else {
-        store<0>(g, acc0, acc1, tile_pairs, tile_weights, m0, n, t.n_block, group,
+        store<0>(g, acc0, acc1, tile_pairs, tile_weights, n, t.n_block, group,
                  warp_in_group * 16 + lane / 4, lane);
       }
     }
@@ -382,17 +382,18 @@ struct GroupedGemmSm90Swap {
     wgmma_wait<1>();
   }
 
-  // acc[4 j + v]: weight row `row` (+ 8 for v >= 2) of a 64-row slice, token 8 j + 2 (lane % 4) +
-  // (v & 1) of the tile. A lane and its partner (lane ^ 4, weight row ^ 1) swap one value each,
-  // so the even row's lane stores token t of rows (row, row + 1) and the odd row's lane token t + 1
-  // of rows (row - 1, row). One J at a time by recursion, so that every accumulator index is a
-  // constant (an unrolled loop of 18 steps was left rolled in kDown, the accumulators in local
-  // memory).
+  // fp32 y (kDown; h and fp16 y leave by store_staged). acc[4 j + v]: weight row `row` (+ 8 for
+  // v >= 2) of a 64-row slice, token 8 j + 2 (lane % 4) + (v & 1) of the tile. A lane and its
+  // partner (lane ^ 4, weight row ^ 1) swap one value each, so the even row's lane stores token t
+  // of rows (row, row + 1) and the odd row's lane token t + 1 of rows (row - 1, row). One J at a
+  // time by recursion, so that every accumulator index is a constant (an unrolled loop of 18
+  // steps was left rolled, the accumulators in local memory).
   template <int J>
   static __device__ __forceinline__ void store(const GemmParams& g, const float* acc0,
                                                const float* acc1, const int* tile_pairs,
-                                               const float* tile_weights, int m0, int n,
-                                               int n_block, int group, int row, int lane) {
+                                               const float* tile_weights, int n, int n_block,
+                                               int group, int row, int lane) {
+    static_assert(MODE == kDown && !kStagedY, "only fp32 y leaves from registers");
     if (8 * J >= n) return;  // past the MMAs' N: never computed
     const bool odd = (row & 1) != 0;
     const int token = 8 * J + 2 * (lane % 4) + (odd ? 1 : 0);  // the token this lane stores
@@ -400,25 +401,14 @@ struct GroupedGemmSm90Swap {
     for (int half = 0; half < 2; ++half) {
       const int v = 4 * J + 2 * half;
       const int r = row + 8 * half - (odd ? 1 : 0);  // the even row of the stored pair
-      if (MODE == kGateUp) {
-        const int col = n_block * kOutCols + group * 64 + r;
-        const float h0 = silu_mul(acc0[v], acc1[v]), h1 = silu_mul(acc0[v + 1], acc1[v + 1]);
-        const float other = __shfl_xor_sync(0xffffffffu, odd ? h0 : h1, 4);
-        if (col < I) {
-          unsigned* out = reinterpret_cast<unsigned*>(g.out);
-          out[(long long)(m0 + token) * (I / 2) + (unsigned(col) >> 1)] =
-              odd ? DTypeOps<D>::pack2(other, h1) : DTypeOps<D>::pack2(h0, other);
-        }
-      } else {
-        const int pair = tile_pairs[token];
-        const float weight = tile_weights[token];
-        const int col = n_block * kOutCols + group * 128 + r;
-        store_y(g, acc0[v], acc0[v + 1], pair, weight, col, odd);
-        store_y(g, acc1[v], acc1[v + 1], pair, weight, col + 64, odd);
-      }
+      const int pair = tile_pairs[token];
+      const float weight = tile_weights[token];
+      const int col = n_block * kOutCols + group * 128 + r;
+      store_y(g, acc0[v], acc0[v + 1], pair, weight, col, odd);
+      store_y(g, acc1[v], acc1[v + 1], pair, weight, col + 64, odd);
     }
     if constexpr (J + 1 < TOKENS / 8) {
-      store<J + 1>(g, acc0, acc1, tile_pairs, tile_weights, m0, n, n_block, group, row, lane);
+      store<J + 1>(g, acc0, acc1, tile_pairs, tile_weights, n, n_block, group, row, lane);
     }
   }
 
