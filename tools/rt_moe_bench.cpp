@@ -5,8 +5,9 @@
 //
 // Per token count T, after warm-up forwards apart from timing and `steady_ms` of forwards back to
 // back (the clock sustained work gets: the H200 meets its 700 W limit within ~0.1 s of prefill
-// GEMMs), `iters` forwards are timed with device events right around forward(), each after an L2
-// flush; the median is reported.
+// GEMMs), `iters` forwards and `iters` replays of the forward captured in a CUDA graph are timed,
+// alternating, with device events right around forward() (cuGraphLaunch), each after an L2 flush;
+// the medians are reported ("ms" and "graph ms"), every sample in the JSON.
 //   FLOPs = 6*T*k*H*I + 6*T*S*I*H
 //   bytes = hit * 3*H*I*2 + 3*H*S*I*2 + 2*T*H*2 + E*H*2
 // where `hit` is the number of distinct experts the run actually routed to (read back from the
@@ -173,6 +174,7 @@ struct TokenResult {
   std::string tuned_plan;
   double first_forward_s = 0;  // host wall time of the first forward (bucket load/compile)
   double ms = 0, ms_min = 0, ms_max = 0;
+  std::vector<double> ms_samples, graph_ms_samples;  // each timed forward, in order (ms)
   double flops = 0, bytes = 0;
   std::int64_t experts_hit = 0;
   double experts_hit_uniform = 0;
@@ -193,28 +195,53 @@ std::int64_t distinct_experts(MoeRuntime& moe) {
   return std::int64_t(hit.size());
 }
 
-// The forward captured once in a CUDA graph and replayed: what a server that graphs its decode
-// steps sees (no host launch cost between the stages). L2 flushed before each replay. With
-// `replayed`, the last replay's output is downloaded into it.
-double time_graph_ms(MoeRuntime& moe, const driver::DeviceBuffer& x_dev,
-                     driver::DeviceBuffer& out_dev, std::int64_t tokens, const Options& options,
-                     L2Flush& flush, CUstream stream, double& enqueue_ms,
-                     std::vector<std::uint16_t>* replayed) {
+// The timed forwards: `iters` stream forwards (forward()'s launches) and as many replays of the
+// forward captured once in a CUDA graph (what a server that graphs its decode steps sees: no host
+// launch cost between the stages), alternating, each after an L2 flush, so that both kinds run in
+// the same clock and power state. At the 700 W cap of an H200 the SM clock swings by up to a third
+// for ~100 ms after a change of load; a loop of one kind after the other's put such a swing into
+// one median only (PERF.md 29c). With `replayed`, the last replay's output is downloaded into it.
+struct TimedForwards {
+  std::vector<double> stream_ms, graph_ms;
+  double enqueue_ms = 0, graph_enqueue_ms = 0;  // host time of one enqueue (median)
+};
+
+TimedForwards time_forwards(MoeRuntime& moe, const driver::DeviceBuffer& x_dev,
+                            driver::DeviceBuffer& out_dev, std::int64_t tokens, int iters,
+                            L2Flush& flush, CUstream stream, std::vector<std::uint16_t>* replayed) {
   const driver::GraphExec exec = test::capture_forward(moe, x_dev, out_dev, tokens, stream,
                                                        CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);
   RT_MOE_CALL(cuGraphLaunch, exec.get(), stream);  // warm-up
-  std::vector<double> host_ms;
-  const double ms = median(time_events_ms(stream, options.iters, &flush, [&] {
+  std::vector<driver::Event> events;
+  std::vector<double> host_ms, graph_host_ms;
+  const auto timed = [&](std::vector<double>& host, const auto& enqueue) {
+    flush(stream);
+    events.push_back(driver::create_event());
+    RT_MOE_CALL(cuEventRecord, events.back().get(), stream);
     const Clock::time_point start = Clock::now();
-    RT_MOE_CALL(cuGraphLaunch, exec.get(), stream);
-    host_ms.push_back(seconds_since(start) * 1e3);
-  }));
-  enqueue_ms = median(host_ms);
+    enqueue();
+    host.push_back(seconds_since(start) * 1e3);
+    events.push_back(driver::create_event());
+    RT_MOE_CALL(cuEventRecord, events.back().get(), stream);
+  };
+  for (int i = 0; i < iters; ++i) {
+    timed(host_ms,
+          [&] { moe.forward(x_dev.as<const void>(), out_dev.as<void>(), tokens, stream); });
+    timed(graph_host_ms, [&] { RT_MOE_CALL(cuGraphLaunch, exec.get(), stream); });
+  }
+  RT_MOE_CALL(cuStreamSynchronize, stream);
+  TimedForwards t;
+  for (int i = 0; i < iters; ++i) {
+    t.stream_ms.push_back(driver::elapsed_ms(events[4 * i].get(), events[4 * i + 1].get()));
+    t.graph_ms.push_back(driver::elapsed_ms(events[4 * i + 2].get(), events[4 * i + 3].get()));
+  }
+  t.enqueue_ms = median(host_ms);
+  t.graph_enqueue_ms = median(graph_host_ms);
   if (replayed != nullptr) {
     replayed->resize(std::size_t(tokens) * moe.config().d_hidden);
     out_dev.download(replayed->data(), replayed->size() * 2);
   }
-  return ms;
+  return t;
 }
 
 // Where each stage kernel ran (MoeRuntime::stage_timeline) in one stream forward and in `replays`
@@ -290,19 +317,18 @@ TokenResult bench_tokens(MoeRuntime& moe, const test::HostWeights* weights, std:
     }
   }
 
-  std::vector<double> host_ms;
-  const std::vector<double> ms = time_events_ms(stream, options.iters, &flush, [&] {
-    const Clock::time_point enqueue = Clock::now();
-    moe.forward(x_dev.as<const void>(), out_dev.as<void>(), tokens, stream);
-    host_ms.push_back(seconds_since(enqueue) * 1e3);
-  });
-  r.enqueue_ms = median(host_ms);
+  std::vector<std::uint16_t> replayed;  // with --check: the graph's output
+  const TimedForwards timed = time_forwards(moe, x_dev, out_dev, tokens, options.iters, flush,
+                                            stream, weights != nullptr ? &replayed : nullptr);
+  const std::vector<double>& ms = timed.stream_ms;
+  r.ms_samples = ms;
+  r.graph_ms_samples = timed.graph_ms;
+  r.enqueue_ms = timed.enqueue_ms;
+  r.graph_enqueue_ms = timed.graph_enqueue_ms;
   r.ms = median(ms);
   r.ms_min = *std::min_element(ms.begin(), ms.end());
   r.ms_max = *std::max_element(ms.begin(), ms.end());
-  std::vector<std::uint16_t> replayed;  // with --check: the graph's output
-  r.graph_ms = time_graph_ms(moe, x_dev, out_dev, tokens, options, flush, stream,
-                             r.graph_enqueue_ms, weights != nullptr ? &replayed : nullptr);
+  r.graph_ms = median(timed.graph_ms);
   r.route_ms = median(time_events_ms(stream, options.iters, &flush,
                                      [&] { moe.route(x_dev.as<const void>(), tokens, stream); }));
   // Exactly one forward (stream launches, then a graph replay), L2 flushed, for `ncu
@@ -372,6 +398,8 @@ json result_json(const TokenResult& r) {
             {"tuned_plan", r.tuned_plan},
             {"ms_min", r.ms_min},
             {"ms_max", r.ms_max},
+            {"ms_samples", r.ms_samples},
+            {"graph_ms_samples", r.graph_ms_samples},
             {"flops", r.flops},
             {"bytes", r.bytes},
             {"experts_hit", r.experts_hit},
