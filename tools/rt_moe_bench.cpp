@@ -284,6 +284,52 @@ void print_timeline(MoeRuntime& moe, const driver::DeviceBuffer& x_dev,
   }
 }
 
+// Forwards of several runtimes (the main one first) timed in turns at one T: a warm-up forward
+// each, `steady_ms` of their forwards back to back in turns, then `iters` rounds in which each
+// times one forward after an L2 flush. Turns, not one loop a runtime after the other: the H200's
+// clock swings by up to a third for ~100 ms after a change of load at its 700 W cap, which put up
+// to ~3% into whichever runtime's loop caught it (PERF.md 29c, 29d); in turns every runtime's
+// samples share the swings, and the median of each round's ratio to the main runtime compares
+// them within a round. Returns each runtime's samples, in order.
+std::vector<std::vector<double>> time_in_turns(const std::vector<MoeRuntime*>& runtimes,
+                                               const driver::DeviceBuffer& x_dev,
+                                               driver::DeviceBuffer& out_dev, std::int64_t tokens,
+                                               const Options& options, L2Flush& flush,
+                                               CUstream stream) {
+  const auto forward = [&](MoeRuntime* moe) {
+    moe->forward(x_dev.as<const void>(), out_dev.as<void>(), tokens, stream);
+  };
+  for (MoeRuntime* moe : runtimes) {
+    for (int i = 0; i < options.warmup; ++i) forward(moe);
+  }
+  RT_MOE_CALL(cuStreamSynchronize, stream);
+  if (options.steady_ms > 0) {
+    const Clock::time_point steady_start = Clock::now();
+    for (int n = 1; seconds_since(steady_start) * 1e3 < options.steady_ms; ++n) {
+      forward(runtimes[std::size_t(n) % runtimes.size()]);
+      if (n % 16 == 0) RT_MOE_CALL(cuStreamSynchronize, stream);
+    }
+  }
+  std::vector<driver::Event> events;
+  for (int i = 0; i < options.iters; ++i) {
+    for (MoeRuntime* moe : runtimes) {
+      flush(stream);
+      events.push_back(driver::create_event());
+      RT_MOE_CALL(cuEventRecord, events.back().get(), stream);
+      forward(moe);
+      events.push_back(driver::create_event());
+      RT_MOE_CALL(cuEventRecord, events.back().get(), stream);
+    }
+  }
+  RT_MOE_CALL(cuStreamSynchronize, stream);
+  std::vector<std::vector<double>> ms(runtimes.size());
+  for (std::size_t e = 0; e < events.size(); e += 2) {
+    ms[(e / 2) % runtimes.size()].push_back(
+        driver::elapsed_ms(events[e].get(), events[e + 1].get()));
+  }
+  return ms;
+}
+
 TokenResult bench_tokens(MoeRuntime& moe, const test::HostWeights* weights, std::int64_t tokens,
                          const Options& options, const Ceiling& hbm, const Ceiling& gemm,
                          L2Flush& flush, CUstream stream) {
@@ -551,12 +597,15 @@ int bench(const Options& options) {
   }
 
   // Variants, each on its own runtime (same weights): every tile order band, then every pinned
-  // tile. Timed right after the main runtime at each T, so that the machine's drift over the run
-  // falls on all of them alike.
+  // tile. Timed after the main runtime's own loops at each T, in turns with it (time_in_turns),
+  // so that the machine's clock swings fall on all of them alike.
   struct Variant {
     std::string label;
     std::unique_ptr<MoeRuntime> moe;
     std::vector<double> ms;  // per T; NaN where the variant cannot serve T's bucket
+    // per T: the median over the rounds of this variant's forward over the main runtime's in the
+    // same round (NaN where not run)
+    std::vector<double> ratio;
   };
   std::vector<Variant> variants;
   auto add_variant = [&](std::string label, const RuntimeOptions& variant_options) {
@@ -575,6 +624,45 @@ int bench(const Options& options) {
     add_variant(tile, tile_options);
   }
 
+  // Every variant that can serve T's bucket, in turns with the main runtime (time_in_turns); a
+  // pinned tile that is no candidate of T's bucket is named, and nothing of it launched.
+  const auto time_variants = [&](std::int64_t tokens) {
+    std::vector<std::uint16_t> x = test::random_activations(config, tokens, 1000 + tokens);
+    if (options.balanced) test::balance_activations(config, x, tokens);
+    const driver::DeviceBuffer x_dev = test::upload(x);
+    driver::DeviceBuffer out_dev(
+        std::max<std::size_t>(16, std::size_t(tokens) * config.d_hidden * 2));
+    std::vector<MoeRuntime*> runtimes = {&moe};
+    std::vector<Variant*> timed;
+    for (Variant& v : variants) {
+      v.ms.push_back(std::nan(""));
+      v.ratio.push_back(std::nan(""));
+      try {
+        v.moe->forward(x_dev.as<const void>(), out_dev.as<void>(), tokens, stream.get());
+      } catch (const Error& e) {
+        if (e.code() != ErrorCode::kInvalidArgument) throw;
+        std::printf("T=%lld %s: not run: %s\n", (long long)tokens, v.label.c_str(), e.what());
+        continue;
+      }
+      runtimes.push_back(v.moe.get());
+      timed.push_back(&v);
+    }
+    if (timed.empty()) return;
+    const std::vector<std::vector<double>> ms =
+        time_in_turns(runtimes, x_dev, out_dev, tokens, options, flush, stream.get());
+    for (std::size_t j = 0; j < timed.size(); ++j) {
+      std::vector<double> ratios;
+      for (std::size_t i = 0; i < ms[0].size(); ++i) ratios.push_back(ms[j + 1][i] / ms[0][i]);
+      Variant& v = *timed[j];
+      v.ms.back() = median(ms[j + 1]);
+      v.ratio.back() = median(ratios);
+      std::printf("T=%lld %s: %s: %.4f ms; %.4f x the main runtime (%.4f ms in turns with it)\n",
+                  (long long)tokens, v.label.c_str(), v.moe->describe(tokens).c_str(), v.ms.back(),
+                  v.ratio.back(), median(ms[0]));
+    }
+    std::fflush(stdout);
+  };
+
   std::vector<TokenResult> results;
   for (std::int64_t tokens : token_counts) {
     results.push_back(
@@ -587,20 +675,7 @@ int bench(const Options& options) {
         (long long)config.n_routed_experts, r.first_forward_s, r.enqueue_ms, r.graph_enqueue_ms,
         r.checked ? "; check: " : "", r.checked ? r.check.comparison.describe().c_str() : "");
     std::fflush(stdout);
-    for (Variant& v : variants) {
-      double ms = std::nan("");
-      try {
-        ms = bench_tokens(*v.moe, nullptr, tokens, options, hbm, gemm, flush, stream.get()).ms;
-        std::printf("T=%lld %s: %s: %.4f ms\n", (long long)tokens, v.label.c_str(),
-                    v.moe->describe(tokens).c_str(), ms);
-      } catch (const Error& e) {
-        // A pinned tile that is no candidate of T's bucket: named, nothing launched.
-        if (e.code() != ErrorCode::kInvalidArgument) throw;
-        std::printf("T=%lld %s: not run: %s\n", (long long)tokens, v.label.c_str(), e.what());
-      }
-      v.ms.push_back(ms);
-      std::fflush(stdout);
-    }
+    if (!variants.empty()) time_variants(tokens);
   }
 
   if (options.tune) {
@@ -635,18 +710,19 @@ int bench(const Options& options) {
     all_pass = all_pass && (!r.checked || (r.check.pass() && r.graph_identical));
   }
   if (!variants.empty()) {
-    // One column per variant (ms; "-" where it could not run), the main runtime's ms first.
+    // One column per variant (its ms, and in brackets the median of its rounds' ratios to the
+    // main runtime, timed in turns; "-" where it could not run), the main runtime's ms first.
     std::printf("\n%8s %10s", "T", "ms");
     for (std::size_t j = 0; j < variants.size(); ++j)
-      std::printf(" %11s", fmt::format("[{}]", j + 1).c_str());
+      std::printf(" %19s", fmt::format("[{}]", j + 1).c_str());
     std::printf("\n");
     for (std::size_t i = 0; i < results.size(); ++i) {
       std::printf("%8lld %10.4f", (long long)results[i].tokens, results[i].ms);
       for (const Variant& v : variants) {
         if (std::isnan(v.ms[i])) {
-          std::printf(" %11s", "-");
+          std::printf(" %19s", "-");
         } else {
-          std::printf(" %11.4f", v.ms[i]);
+          std::printf(" %19s", fmt::format("{:.4f} ({:.4f}x)", v.ms[i], v.ratio[i]).c_str());
         }
       }
       std::printf("\n");
@@ -697,6 +773,14 @@ int bench(const Options& options) {
                         {"cold_max_s", compile.cold_max_s},   {"warm_load_s", compile.warm_load_s}};
     }
     for (const TokenResult& r : results) doc["results"].push_back(result_json(r));
+    for (const Variant& v : variants) {
+      json j = {{"label", v.label}, {"ms_median", json::array()}, {"ratio_median", json::array()}};
+      for (std::size_t i = 0; i < results.size(); ++i) {
+        j["ms_median"].push_back(std::isnan(v.ms[i]) ? json(nullptr) : json(v.ms[i]));
+        j["ratio_median"].push_back(std::isnan(v.ratio[i]) ? json(nullptr) : json(v.ratio[i]));
+      }
+      doc["variants"].push_back(j);
+    }
     json_out << doc.dump(2) << "\n";
     json_out.close();
     if (!json_out) throw Error(ErrorCode::kIo, fmt::format("cannot write '{}'", options.json_file));
@@ -769,12 +853,14 @@ int main(int argc, char** argv) {
   app.add_option(
          "--band", options.bands,
          "Also time every T with each of these tile order bands (RuntimeOptions::tile_band, "
-         "row blocks; comma-separated), each on its own runtime, and print a table")
+         "row blocks; comma-separated), each on its own runtime in turns with the main one, "
+         "and print a table")
       ->delimiter(',')
       ->check(CLI::Range(1, 1 << 20));
   app.add_option("--compare-tile", options.compare_tiles,
-                 "Also time every T with this grouped GEMM tile pinned, on its own runtime (may "
-                 "be given several times), and print a table; a T whose bucket cannot use it "
+                 "Also time every T with this grouped GEMM tile pinned, on its own runtime in "
+                 "turns with the main one (may be given several times), and print a table of "
+                 "medians and of ratios to the main runtime; a T whose bucket cannot use it "
                  "shows '-'");
   app.add_option("--tile", options.tile,
                  "Pin the grouped GEMM tile for every T, as the plan column prints it (e.g. "
