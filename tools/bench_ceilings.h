@@ -7,6 +7,7 @@
 #include <cuda.h>
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -87,6 +88,31 @@ std::vector<double> time_events_ms(CUstream stream, int iters, L2Flush* flush, B
   RT_MOE_CALL(cuStreamSynchronize, stream);
   std::vector<double> ms;
   for (int i = 0; i < iters; ++i) ms.push_back(driver::elapsed_ms(starts[i].get(), stops[i].get()));
+  return ms;
+}
+
+// Times each of `bodies` (work each enqueues on `stream`) between two device events, in turns:
+// `iters` rounds, each body once a round in order, each after an L2 flush (outside its events).
+// Returns each body's milliseconds, round by round. In turns, bodies compared with each other run
+// in the same clock and power state (docs/PERF.md 29c).
+inline std::vector<std::vector<double>> time_events_in_turns(
+    CUstream stream, int iters, L2Flush& flush, const std::vector<std::function<void()>>& bodies) {
+  std::vector<driver::Event> events;
+  for (int i = 0; i < iters; ++i) {
+    for (const std::function<void()>& body : bodies) {
+      flush(stream);
+      events.push_back(driver::create_event());
+      RT_MOE_CALL(cuEventRecord, events.back().get(), stream);
+      body();
+      events.push_back(driver::create_event());
+      RT_MOE_CALL(cuEventRecord, events.back().get(), stream);
+    }
+  }
+  RT_MOE_CALL(cuStreamSynchronize, stream);
+  std::vector<std::vector<double>> ms(bodies.size());
+  for (std::size_t e = 0; e < events.size(); e += 2) {
+    ms[(e / 2) % bodies.size()].push_back(driver::elapsed_ms(events[e].get(), events[e + 1].get()));
+  }
   return ms;
 }
 

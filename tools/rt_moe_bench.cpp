@@ -212,29 +212,25 @@ TimedForwards time_forwards(MoeRuntime& moe, const driver::DeviceBuffer& x_dev,
   const driver::GraphExec exec = test::capture_forward(moe, x_dev, out_dev, tokens, stream,
                                                        CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);
   RT_MOE_CALL(cuGraphLaunch, exec.get(), stream);  // warm-up
-  std::vector<driver::Event> events;
   std::vector<double> host_ms, graph_host_ms;
-  const auto timed = [&](std::vector<double>& host, const auto& enqueue) {
-    flush(stream);
-    events.push_back(driver::create_event());
-    RT_MOE_CALL(cuEventRecord, events.back().get(), stream);
+  const auto host_timed = [](std::vector<double>& host, const auto& enqueue) {
     const Clock::time_point start = Clock::now();
     enqueue();
     host.push_back(seconds_since(start) * 1e3);
-    events.push_back(driver::create_event());
-    RT_MOE_CALL(cuEventRecord, events.back().get(), stream);
   };
-  for (int i = 0; i < iters; ++i) {
-    timed(host_ms,
-          [&] { moe.forward(x_dev.as<const void>(), out_dev.as<void>(), tokens, stream); });
-    timed(graph_host_ms, [&] { RT_MOE_CALL(cuGraphLaunch, exec.get(), stream); });
-  }
-  RT_MOE_CALL(cuStreamSynchronize, stream);
+  std::vector<std::vector<double>> ms = time_events_in_turns(
+      stream, iters, flush,
+      {[&] {
+         host_timed(host_ms, [&] {
+           moe.forward(x_dev.as<const void>(), out_dev.as<void>(), tokens, stream);
+         });
+       },
+       [&] {
+         host_timed(graph_host_ms, [&] { RT_MOE_CALL(cuGraphLaunch, exec.get(), stream); });
+       }});
   TimedForwards t;
-  for (int i = 0; i < iters; ++i) {
-    t.stream_ms.push_back(driver::elapsed_ms(events[4 * i].get(), events[4 * i + 1].get()));
-    t.graph_ms.push_back(driver::elapsed_ms(events[4 * i + 2].get(), events[4 * i + 3].get()));
-  }
+  t.stream_ms = std::move(ms[0]);
+  t.graph_ms = std::move(ms[1]);
   t.enqueue_ms = median(host_ms);
   t.graph_enqueue_ms = median(graph_host_ms);
   if (replayed != nullptr) {
@@ -310,24 +306,9 @@ std::vector<std::vector<double>> time_in_turns(const std::vector<MoeRuntime*>& r
       if (n % 16 == 0) RT_MOE_CALL(cuStreamSynchronize, stream);
     }
   }
-  std::vector<driver::Event> events;
-  for (int i = 0; i < options.iters; ++i) {
-    for (MoeRuntime* moe : runtimes) {
-      flush(stream);
-      events.push_back(driver::create_event());
-      RT_MOE_CALL(cuEventRecord, events.back().get(), stream);
-      forward(moe);
-      events.push_back(driver::create_event());
-      RT_MOE_CALL(cuEventRecord, events.back().get(), stream);
-    }
-  }
-  RT_MOE_CALL(cuStreamSynchronize, stream);
-  std::vector<std::vector<double>> ms(runtimes.size());
-  for (std::size_t e = 0; e < events.size(); e += 2) {
-    ms[(e / 2) % runtimes.size()].push_back(
-        driver::elapsed_ms(events[e].get(), events[e + 1].get()));
-  }
-  return ms;
+  std::vector<std::function<void()>> bodies;
+  for (MoeRuntime* moe : runtimes) bodies.push_back([&forward, moe] { forward(moe); });
+  return time_events_in_turns(stream, options.iters, flush, bodies);
 }
 
 TokenResult bench_tokens(MoeRuntime& moe, const test::HostWeights* weights, std::int64_t tokens,
