@@ -72,35 +72,16 @@ class L2Flush {
 
 double median(std::vector<double> values);
 
-// Times `body` (work it enqueues on `stream`) between two device events, `iters` times; with
-// `flush`, L2 is flushed before each, outside the events. Returns the milliseconds of each run.
-template <typename Body>
-std::vector<double> time_events_ms(CUstream stream, int iters, L2Flush* flush, Body&& body) {
-  std::vector<driver::Event> starts, stops;
-  for (int i = 0; i < iters; ++i) {
-    if (flush != nullptr) (*flush)(stream);
-    starts.push_back(driver::create_event());
-    stops.push_back(driver::create_event());
-    RT_MOE_CALL(cuEventRecord, starts.back().get(), stream);
-    body();
-    RT_MOE_CALL(cuEventRecord, stops.back().get(), stream);
-  }
-  RT_MOE_CALL(cuStreamSynchronize, stream);
-  std::vector<double> ms;
-  for (int i = 0; i < iters; ++i) ms.push_back(driver::elapsed_ms(starts[i].get(), stops[i].get()));
-  return ms;
-}
-
 // Times each of `bodies` (work each enqueues on `stream`) between two device events, in turns:
-// `iters` rounds, each body once a round in order, each after an L2 flush (outside its events).
-// Returns each body's milliseconds, round by round. In turns, bodies compared with each other run
-// in the same clock and power state (docs/PERF.md 29c).
+// `iters` rounds, each body once a round in order; with `flush`, L2 is flushed before each,
+// outside its events. Returns each body's milliseconds, round by round. In turns, bodies compared
+// with each other run in the same clock and power state (docs/PERF.md 29c).
 inline std::vector<std::vector<double>> time_events_in_turns(
-    CUstream stream, int iters, L2Flush& flush, const std::vector<std::function<void()>>& bodies) {
+    CUstream stream, int iters, L2Flush* flush, const std::vector<std::function<void()>>& bodies) {
   std::vector<driver::Event> events;
   for (int i = 0; i < iters; ++i) {
     for (const std::function<void()>& body : bodies) {
-      flush(stream);
+      if (flush != nullptr) (*flush)(stream);
       events.push_back(driver::create_event());
       RT_MOE_CALL(cuEventRecord, events.back().get(), stream);
       body();
@@ -114,6 +95,12 @@ inline std::vector<std::vector<double>> time_events_in_turns(
     ms[(e / 2) % bodies.size()].push_back(driver::elapsed_ms(events[e].get(), events[e + 1].get()));
   }
   return ms;
+}
+
+// Times `body` `iters` times, as time_events_in_turns with one body.
+inline std::vector<double> time_events_ms(CUstream stream, int iters, L2Flush* flush,
+                                          const std::function<void()>& body) {
+  return time_events_in_turns(stream, iters, flush, {body}).front();
 }
 
 }  // namespace rt_moe::tools

@@ -195,6 +195,35 @@ std::int64_t distinct_experts(MoeRuntime& moe) {
   return std::int64_t(hit.size());
 }
 
+// T's input rows (seed 1000 + T, the same for every runtime timed at T) and an output buffer.
+struct TokenInputs {
+  std::vector<std::uint16_t> x;
+  driver::DeviceBuffer x_dev, out_dev;
+};
+
+TokenInputs token_inputs(const MoeConfig& c, std::int64_t tokens, bool balanced) {
+  std::vector<std::uint16_t> x = test::random_activations(c, tokens, 1000 + tokens);
+  if (balanced) test::balance_activations(c, x, tokens);
+  driver::DeviceBuffer x_dev = test::upload(x);
+  return {std::move(x), std::move(x_dev),
+          driver::DeviceBuffer(std::max<std::size_t>(16, std::size_t(tokens) * c.d_hidden * 2))};
+}
+
+// Forwards back to back for `steady_ms` (a synchronize every 16), so that the timed ones run at
+// the clock and power state that sustained work gets, as the GEMM ceiling's steady rate does.
+// `enqueue(n)` enqueues the n-th (from 0). Returns how many ran.
+int run_steady(CUstream stream, int steady_ms, const std::function<void(int)>& enqueue) {
+  if (steady_ms <= 0) return 0;
+  RT_MOE_CALL(cuStreamSynchronize, stream);
+  const Clock::time_point start = Clock::now();
+  int n = 0;
+  while (seconds_since(start) * 1e3 < steady_ms) {
+    enqueue(n);
+    if (++n % 16 == 0) RT_MOE_CALL(cuStreamSynchronize, stream);
+  }
+  return n;
+}
+
 // The timed forwards: `iters` stream forwards (forward()'s launches) and as many replays of the
 // forward captured once in a CUDA graph (what a server that graphs its decode steps sees: no host
 // launch cost between the stages), alternating, each after an L2 flush, so that both kinds run in
@@ -219,7 +248,7 @@ TimedForwards time_forwards(MoeRuntime& moe, const driver::DeviceBuffer& x_dev,
     host.push_back(seconds_since(start) * 1e3);
   };
   std::vector<std::vector<double>> ms = time_events_in_turns(
-      stream, iters, flush,
+      stream, iters, &flush,
       {[&] {
          host_timed(host_ms, [&] {
            moe.forward(x_dev.as<const void>(), out_dev.as<void>(), tokens, stream);
@@ -298,17 +327,11 @@ std::vector<std::vector<double>> time_in_turns(const std::vector<MoeRuntime*>& r
   for (MoeRuntime* moe : runtimes) {
     for (int i = 0; i < options.warmup; ++i) forward(moe);
   }
-  RT_MOE_CALL(cuStreamSynchronize, stream);
-  if (options.steady_ms > 0) {
-    const Clock::time_point steady_start = Clock::now();
-    for (int n = 1; seconds_since(steady_start) * 1e3 < options.steady_ms; ++n) {
-      forward(runtimes[std::size_t(n) % runtimes.size()]);
-      if (n % 16 == 0) RT_MOE_CALL(cuStreamSynchronize, stream);
-    }
-  }
+  run_steady(stream, options.steady_ms,
+             [&](int n) { forward(runtimes[std::size_t(n) % runtimes.size()]); });
   std::vector<std::function<void()>> bodies;
   for (MoeRuntime* moe : runtimes) bodies.push_back([&forward, moe] { forward(moe); });
-  return time_events_in_turns(stream, options.iters, flush, bodies);
+  return time_events_in_turns(stream, options.iters, &flush, bodies);
 }
 
 TokenResult bench_tokens(MoeRuntime& moe, const test::HostWeights* weights, std::int64_t tokens,
@@ -317,10 +340,10 @@ TokenResult bench_tokens(MoeRuntime& moe, const test::HostWeights* weights, std:
   const MoeConfig& c = moe.config();
   TokenResult r;
   r.tokens = tokens;
-  std::vector<std::uint16_t> x = test::random_activations(c, tokens, 1000 + tokens);
-  if (options.balanced) test::balance_activations(c, x, tokens);
-  const driver::DeviceBuffer x_dev = test::upload(x);
-  driver::DeviceBuffer out_dev(std::max<std::size_t>(16, std::size_t(tokens) * c.d_hidden * 2));
+  TokenInputs inputs = token_inputs(c, tokens, options.balanced);
+  const std::vector<std::uint16_t>& x = inputs.x;
+  const driver::DeviceBuffer& x_dev = inputs.x_dev;
+  driver::DeviceBuffer& out_dev = inputs.out_dev;
 
   // Warm-up, apart from timing; the first forward loads (or compiles) the bucket's kernels.
   Clock::time_point start = Clock::now();
@@ -333,16 +356,9 @@ TokenResult bench_tokens(MoeRuntime& moe, const test::HostWeights* weights, std:
   for (int i = 1; i < options.warmup; ++i) {
     moe.forward(x_dev.as<const void>(), out_dev.as<void>(), tokens, stream);
   }
-  // Then forwards back to back for steady_ms, so that the timed ones run at the clock and power
-  // state that sustained work gets, as the GEMM ceiling's steady rate does.
-  if (options.steady_ms > 0) {
-    RT_MOE_CALL(cuStreamSynchronize, stream);
-    const Clock::time_point steady_start = Clock::now();
-    while (seconds_since(steady_start) * 1e3 < options.steady_ms) {
-      moe.forward(x_dev.as<const void>(), out_dev.as<void>(), tokens, stream);
-      if (++r.steady_forwards % 16 == 0) RT_MOE_CALL(cuStreamSynchronize, stream);
-    }
-  }
+  r.steady_forwards = run_steady(stream, options.steady_ms, [&](int) {
+    moe.forward(x_dev.as<const void>(), out_dev.as<void>(), tokens, stream);
+  });
 
   std::vector<std::uint16_t> replayed;  // with --check: the graph's output
   const TimedForwards timed = time_forwards(moe, x_dev, out_dev, tokens, options.iters, flush,
@@ -608,11 +624,9 @@ int bench(const Options& options) {
   // Every variant that can serve T's bucket, in turns with the main runtime (time_in_turns); a
   // pinned tile that is no candidate of T's bucket is named, and nothing of it launched.
   const auto time_variants = [&](std::int64_t tokens) {
-    std::vector<std::uint16_t> x = test::random_activations(config, tokens, 1000 + tokens);
-    if (options.balanced) test::balance_activations(config, x, tokens);
-    const driver::DeviceBuffer x_dev = test::upload(x);
-    driver::DeviceBuffer out_dev(
-        std::max<std::size_t>(16, std::size_t(tokens) * config.d_hidden * 2));
+    TokenInputs inputs = token_inputs(config, tokens, options.balanced);
+    const driver::DeviceBuffer& x_dev = inputs.x_dev;
+    driver::DeviceBuffer& out_dev = inputs.out_dev;
     std::vector<MoeRuntime*> runtimes = {&moe};
     std::vector<Variant*> timed;
     for (Variant& v : variants) {
