@@ -6,8 +6,10 @@
 //
 // The times are taken as an engine would see them: after kHeatSeconds of the heuristic's forwards
 // back to back (an H200 running prefill GEMMs meets its 700 W limit within ~0.1 s, and its clock
-// keeps falling for a second as it warms), in kRounds rounds over the candidates, each round in
-// another order, so that no candidate is timed only while the GPU was cooler. Timed one after the
+// keeps falling for a second as it warms), in kRounds rounds over the candidates, one timed forward
+// of each candidate per round and each round in another order: the clock moves by a few percent
+// over a fraction of a second under the power cap (docs/PERF.md 29c), so candidates timed in
+// turns see the same clocks, where runs of one candidate back to back could catch a dip alone. Timed one after the
 // other from an idle GPU, DeepSeek-V3's T = 16384 bucket picked sm90swap 144x256 s4, which the
 // steady rounds rank 1.5% behind the heuristic sm90ws 128x256 s4 (docs/PERF.md 16d).
 #include <fmt/format.h>
@@ -26,8 +28,7 @@
 namespace rt_moe {
 namespace {
 
-constexpr int kTimedRuns = 5;  // timed forwards of a candidate in each round
-constexpr int kRounds = 3;     // rounds over all candidates
+constexpr int kRounds = 15;  // rounds over all candidates, one timed forward of each per round
 constexpr double kHeatSeconds = 0.5;
 constexpr std::size_t kFlushBytes = 256u << 20;  // over 4x the H200's 60 MB L2
 
@@ -211,14 +212,13 @@ GemmTile MoeRuntime::Impl::tune_bucket(const Bucket& bucket,
     for (std::size_t i = 0; i < timed.size(); ++i) {
       // Round r starts at candidate r (mod n): each is timed early in one round, late in another.
       Candidate& c = timed[(i + std::size_t(round)) % timed.size()];
-      for (int run = 0; run < kTimedRuns; ++run) {
-        RT_MOE_CALL(cuMemsetD8Async, flush.get(), run & 0xFF, kFlushBytes, stream.get());
-        RT_MOE_CALL(cuEventRecord, start.get(), stream.get());
-        enqueue(c.plan, x.as<void>(), out.as<void>(), T, stream.get());
-        RT_MOE_CALL(cuEventRecord, stop.get(), stream.get());
-        RT_MOE_CALL(cuEventSynchronize, stop.get());
-        c.times.push_back(driver::elapsed_ms(start.get(), stop.get()));
-      }
+      RT_MOE_CALL(cuMemsetD8Async, flush.get(), (round + int(i)) & 0xFF, kFlushBytes,
+                  stream.get());
+      RT_MOE_CALL(cuEventRecord, start.get(), stream.get());
+      enqueue(c.plan, x.as<void>(), out.as<void>(), T, stream.get());
+      RT_MOE_CALL(cuEventRecord, stop.get(), stream.get());
+      RT_MOE_CALL(cuEventSynchronize, stop.get());
+      c.times.push_back(driver::elapsed_ms(start.get(), stop.get()));
     }
   }
   GemmTile best = heuristic;
