@@ -65,7 +65,7 @@ struct Options {
   int warmup = 3;
   int steady_ms = 1000;  // forwards back to back before timing each T (0: none)
   bool compile_timing = true;
-  bool tune = false;  // also time a tuning runtime: heuristic vs tuned per T
+  bool tune = false;  // also time a tuning runtime, in turns with the heuristic one
   std::string tile;   // pin the grouped GEMM tile (RuntimeOptions::tile)
   bool launch_timing = true;
   bool profile = false;        // one more forward per T between cuProfilerStart and cuProfilerStop
@@ -599,6 +599,7 @@ int bench(const Options& options) {
   struct Variant {
     std::string label;
     std::unique_ptr<MoeRuntime> moe;
+    bool tunes = false;      // --tune's runtime: its first forward at a T tunes that bucket
     std::vector<double> ms;  // per T; NaN where the variant cannot serve T's bucket
     // per T: the median over the rounds of this variant's forward over the main runtime's in the
     // same round (NaN where not run)
@@ -620,6 +621,15 @@ int bench(const Options& options) {
     tile_options.tile = tile;
     add_variant(tile, tile_options);
   }
+  if (options.tune) {
+    // A runtime that tunes each bucket on its first forward (or reuses the tuning store's
+    // choice), timed in turns with the heuristic's like the other variants: timed after it, on a
+    // hotter GPU, the same tile read 2.5% slower (docs/PERF.md 16d).
+    RuntimeOptions tune_options;
+    tune_options.tuning = RuntimeOptions::Tuning::kTune;
+    add_variant("tuned", tune_options);
+    variants.back().tunes = true;
+  }
 
   // Every variant that can serve T's bucket, in turns with the main runtime (time_in_turns); a
   // pinned tile that is no candidate of T's bucket is named, and nothing of it launched.
@@ -632,12 +642,18 @@ int bench(const Options& options) {
     for (Variant& v : variants) {
       v.ms.push_back(std::nan(""));
       v.ratio.push_back(std::nan(""));
+      const Clock::time_point first_start = Clock::now();
       try {
         v.moe->forward(x_dev.as<const void>(), out_dev.as<void>(), tokens, stream.get());
       } catch (const Error& e) {
         if (e.code() != ErrorCode::kInvalidArgument) throw;
         std::printf("T=%lld %s: not run: %s\n", (long long)tokens, v.label.c_str(), e.what());
         continue;
+      }
+      if (v.tunes) {
+        RT_MOE_CALL(cuStreamSynchronize, stream.get());
+        std::printf("T=%lld tuned: first forward (tuning) %.1f s\n", (long long)tokens,
+                    seconds_since(first_start));
       }
       runtimes.push_back(v.moe.get());
       timed.push_back(&v);
@@ -670,24 +686,12 @@ int bench(const Options& options) {
         (long long)config.n_routed_experts, r.first_forward_s, r.enqueue_ms, r.graph_enqueue_ms,
         r.checked ? "; check: " : "", r.checked ? r.check.comparison.describe().c_str() : "");
     std::fflush(stdout);
-    if (!variants.empty()) time_variants(tokens);
-  }
-
-  if (options.tune) {
-    // A runtime that tunes each bucket on first use (or reuses the tuning store's choice).
-    RuntimeOptions tune_options;
-    tune_options.tuning = RuntimeOptions::Tuning::kTune;
-    MoeRuntime tuned(config, tune_options);
-    tuned.prepare(weights.view());
-    for (TokenResult& r : results) {
-      Clock::time_point tune_start = Clock::now();
-      TokenResult t =
-          bench_tokens(tuned, nullptr, r.tokens, options, hbm, gemm, flush, stream.get());
-      r.tuned_ms = t.ms;
-      r.tuned_plan = tuned.describe(r.tokens);
-      std::printf("T=%lld tuned: %s; first forward (tuning) %.1f s; %.4f ms (heuristic %.4f ms)\n",
-                  (long long)r.tokens, r.tuned_plan.c_str(), seconds_since(tune_start), t.ms, r.ms);
-      std::fflush(stdout);
+    if (variants.empty()) continue;
+    time_variants(tokens);
+    for (const Variant& v : variants) {
+      if (!v.tunes) continue;
+      results.back().tuned_ms = v.ms.back();
+      results.back().tuned_plan = v.moe->describe(tokens);
     }
   }
 
@@ -861,7 +865,7 @@ int main(int argc, char** argv) {
                  "Pin the grouped GEMM tile for every T, as the plan column prints it (e.g. "
                  "\"sm90ws 128x256x64 wg2 s4\"); a T whose bucket cannot use it fails");
   app.add_flag("--tune", options.tune,
-               "Also tune each token count's bucket (or reuse the tuning store) and print the "
-               "heuristic and tuned times");
+               "Also tune each token count's bucket (or reuse the tuning store) on a runtime of "
+               "its own, timed in turns with the main (heuristic) one, and print the tuned times");
   return run_tool(app, argc, argv, [&] { return bench(options); });
 }
