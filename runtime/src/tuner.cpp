@@ -6,12 +6,13 @@
 //
 // The times are taken as an engine would see them: after kHeatSeconds of the heuristic's forwards
 // back to back (an H200 running prefill GEMMs meets its 700 W limit within ~0.1 s, and its clock
-// keeps falling for a second as it warms), in kRounds rounds over the candidates, one timed forward
-// of each candidate per round and each round in another order: the clock moves by a few percent
-// over a fraction of a second under the power cap (docs/PERF.md 29c), so candidates timed in
-// turns see the same clocks, where runs of one candidate back to back could catch a dip alone. Timed one after the
-// other from an idle GPU, DeepSeek-V3's T = 16384 bucket picked sm90swap 144x256 s4, which the
-// steady rounds rank 1.5% behind the heuristic sm90ws 128x256 s4 (docs/PERF.md 16d).
+// keeps falling for a second as it warms), in kRounds rounds over the candidates, one timed
+// forward of each candidate per round, each round in another random order: the clock moves by a
+// few percent over a fraction of a second under the power cap (docs/PERF.md 29c), so candidates
+// timed in turns see the same clocks, where runs of one candidate back to back could catch a dip
+// alone. Timed one after the other from an idle GPU, DeepSeek-V3's T = 16384 bucket picked
+// sm90swap 144x256 s4, which the steady rounds rank 1.5% behind the heuristic sm90ws 128x256 s4
+// (docs/PERF.md 16d).
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -208,12 +209,18 @@ GemmTile MoeRuntime::Impl::tune_bucket(const Bucket& bucket,
     }
   }
   driver::Event start = driver::create_event(), stop = driver::create_event();
+  // Each round in its own shuffled order (a fixed seed: the same orders in every process), so
+  // that no candidate always follows the same one: a slow mma.sync candidate draws less power and
+  // may leave the clock higher for the next forward, which a rotated order would hand to the same
+  // neighbour every round.
+  std::vector<std::size_t> order_of_round(timed.size());
+  for (std::size_t i = 0; i < timed.size(); ++i) order_of_round[i] = i;
+  std::mt19937 shuffler(0x7u);
   for (int round = 0; round < kRounds; ++round) {
+    std::shuffle(order_of_round.begin(), order_of_round.end(), shuffler);
     for (std::size_t i = 0; i < timed.size(); ++i) {
-      // Round r starts at candidate r (mod n): each is timed early in one round, late in another.
-      Candidate& c = timed[(i + std::size_t(round)) % timed.size()];
-      RT_MOE_CALL(cuMemsetD8Async, flush.get(), (round + int(i)) & 0xFF, kFlushBytes,
-                  stream.get());
+      Candidate& c = timed[order_of_round[i]];
+      RT_MOE_CALL(cuMemsetD8Async, flush.get(), (round + int(i)) & 0xFF, kFlushBytes, stream.get());
       RT_MOE_CALL(cuEventRecord, start.get(), stream.get());
       enqueue(c.plan, x.as<void>(), out.as<void>(), T, stream.get());
       RT_MOE_CALL(cuEventRecord, stop.get(), stream.get());
