@@ -6,14 +6,14 @@
 //
 // The times are taken as an engine would see them: after kHeatSeconds of the heuristic's forwards
 // back to back (an H200 running prefill GEMMs meets its 700 W limit within ~0.1 s, and its clock
-// keeps falling for a second as it warms), in kRounds rounds over the candidates, one timed
+// keeps falling for a second as it warms), in rounds over the candidates, one timed
 // forward of each candidate per round, each round in another random order: the clock moves by a
 // few percent over a fraction of a second under the power cap (docs/PERF.md 29c), so candidates
 // timed in turns see the same clocks, where runs of one candidate back to back could catch a dip
 // alone. The candidates more than 15% behind the fastest after three rounds are out, so that the
-// last rounds run hot candidates only. Timed one after the other from an idle GPU, DeepSeek-V3's T
-// = 16384 bucket picked sm90swap 144x256 s4, which the steady rounds rank 1.5% behind the heuristic
-// sm90ws 128x256 s4 (docs/PERF.md 16d).
+// last rounds run hot candidates only (tuning_rounds.h). Timed one after the other from an idle
+// GPU, DeepSeek-V3's T = 16384 bucket picked sm90swap 144x256 s4, which the steady rounds rank 1.5%
+// behind the heuristic sm90ws 128x256 s4 (docs/PERF.md 16d).
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -26,13 +26,11 @@
 #include "base/log.h"
 #include "compiler.h"
 #include "runtime_impl.h"
+#include "tuning_rounds.h"
 
 namespace rt_moe {
 namespace {
 
-constexpr int kRounds = 15;      // rounds over the candidates, one timed forward of each a round
-constexpr int kPruneRounds = 3;  // rounds over all candidates before the slow ones are out
-constexpr double kPruneRatio = 1.15;
 constexpr double kHeatSeconds = 0.5;
 constexpr std::size_t kFlushBytes = 256u << 20;  // over 4x the H200's 60 MB L2
 
@@ -174,7 +172,6 @@ GemmTile MoeRuntime::Impl::tune_bucket(const Bucket& bucket,
   struct Candidate {
     GemmTile tile;
     LaunchPlan plan;
-    std::vector<double> times;
   };
   std::vector<Candidate> timed;
   for (const GemmTile& tile : order) {
@@ -191,7 +188,7 @@ GemmTile MoeRuntime::Impl::tune_bucket(const Bucket& bucket,
         throw Error(ErrorCode::kInternal,
                     fmt::format("{} elements differ from the heuristic tile's output", bad));
       }
-      timed.push_back({tile, std::move(plan), {}});
+      timed.push_back({tile, std::move(plan)});
     } catch (const Error& e) {
       if (tile == heuristic) throw;  // the default must work: this is a bug, not a slow tile
       log().warn("tuning bucket {}: tile {} failed: {}", bucket.group_sum_max, tile.describe(),
@@ -212,47 +209,22 @@ GemmTile MoeRuntime::Impl::tune_bucket(const Bucket& bucket,
     }
   }
   driver::Event start = driver::create_event(), stop = driver::create_event();
-  // Each round in its own shuffled order (a fixed seed: the same orders in every process), so
-  // that no candidate always follows the same one. After kPruneRounds rounds the candidates
-  // slower than kPruneRatio x the fastest median are out (their medians so far are their times):
-  // a slow mma.sync candidate draws less power, and forwards timed between such candidates ran
-  // below the 700 W cap, where the swapped tiles rank ahead of the TMA tile that wins at the cap
-  // (gpumode bench 2, docs/PERF.md 30f); the rounds left run near-equal, hot candidates only.
-  auto median_ms = [](std::vector<double> times) {
-    std::sort(times.begin(), times.end());
-    return times[times.size() / 2];
-  };
-  std::vector<std::size_t> active(timed.size());
-  for (std::size_t i = 0; i < timed.size(); ++i) active[i] = i;
-  std::mt19937 shuffler(0x7u);
-  for (int round = 0; round < kRounds; ++round) {
-    if (round == kPruneRounds) {
-      double fastest = std::numeric_limits<double>::infinity();
-      for (std::size_t i : active) fastest = std::min(fastest, median_ms(timed[i].times));
-      std::vector<std::size_t> kept;
-      for (std::size_t i : active) {
-        if (median_ms(timed[i].times) <= kPruneRatio * fastest) kept.push_back(i);
-      }
-      log().debug(
-          "tuning bucket {}: {} of {} candidates within {:.2f} x the fastest after {} rounds",
-          bucket.group_sum_max, kept.size(), active.size(), kPruneRatio, kPruneRounds);
-      active = std::move(kept);
-    }
-    std::shuffle(active.begin(), active.end(), shuffler);
-    for (std::size_t i = 0; i < active.size(); ++i) {
-      Candidate& c = timed[active[i]];
-      RT_MOE_CALL(cuMemsetD8Async, flush.get(), (round + int(i)) & 0xFF, kFlushBytes, stream.get());
-      RT_MOE_CALL(cuEventRecord, start.get(), stream.get());
-      enqueue(c.plan, x.as<void>(), out.as<void>(), T, stream.get());
-      RT_MOE_CALL(cuEventRecord, stop.get(), stream.get());
-      RT_MOE_CALL(cuEventSynchronize, stop.get());
-      c.times.push_back(driver::elapsed_ms(start.get(), stop.get()));
-    }
-  }
+  // In shuffled rounds, the slow candidates out after the first few (tuning_rounds.h).
+  const std::vector<std::vector<double>> times = run_tuning_rounds(
+      timed.size(), TuningRounds{}, [&](std::size_t candidate, int round, std::size_t position) {
+        RT_MOE_CALL(cuMemsetD8Async, flush.get(), (round + int(position)) & 0xFF, kFlushBytes,
+                    stream.get());
+        RT_MOE_CALL(cuEventRecord, start.get(), stream.get());
+        enqueue(timed[candidate].plan, x.as<void>(), out.as<void>(), T, stream.get());
+        RT_MOE_CALL(cuEventRecord, stop.get(), stream.get());
+        RT_MOE_CALL(cuEventSynchronize, stop.get());
+        return double(driver::elapsed_ms(start.get(), stop.get()));
+      });
   GemmTile best = heuristic;
   double best_ms = std::numeric_limits<double>::infinity(), heuristic_ms = best_ms;
-  for (const Candidate& c : timed) {
-    const double ms = median_ms(c.times);
+  for (std::size_t i = 0; i < timed.size(); ++i) {
+    const Candidate& c = timed[i];
+    const double ms = median_of(times[i]);
     log_time(c.tile, ms);
     record.candidates.push_back({c.tile.describe(), ms});
     if (c.tile == heuristic) heuristic_ms = ms;
