@@ -6,14 +6,11 @@
 //
 // The times are taken as an engine would see them: after kHeatSeconds of the heuristic's forwards
 // back to back (an H200 running prefill GEMMs meets its 700 W limit within ~0.1 s, and its clock
-// keeps falling for a second as it warms), in rounds over the candidates, one timed
-// forward of each candidate per round, each round in another random order: the clock moves by a
-// few percent over a fraction of a second under the power cap (docs/PERF.md 29c), so candidates
-// timed in turns see the same clocks, where runs of one candidate back to back could catch a dip
-// alone. The candidates more than 15% behind the fastest after three rounds are out, so that the
-// last rounds run hot candidates only (tuning_rounds.h). Timed one after the other from an idle
-// GPU, DeepSeek-V3's T = 16384 bucket picked sm90swap 144x256 s4, which the steady rounds rank 1.5%
-// behind the heuristic sm90ws 128x256 s4 (docs/PERF.md 16d).
+// keeps falling for a second as it warms), one flushed forward of each candidate a round, in
+// shuffled rounds that drop the slow candidates after the first few (tuning_rounds.h says why).
+// Timed one after the other from an idle GPU, DeepSeek-V3's T = 16384 bucket picked sm90swap
+// 144x256 s4, which the steady rounds rank 1.5% behind the heuristic sm90ws 128x256 s4
+// (docs/PERF.md 16d).
 #include <fmt/format.h>
 
 #include <algorithm>

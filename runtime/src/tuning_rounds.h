@@ -2,10 +2,13 @@
 // test can check it: rounds of one timed forward a candidate, each round in its own shuffled
 // order (a fixed seed: the same orders in every process of a build), so that no candidate always
 // follows the same one; after `prune_after` rounds the candidates whose median is over
-// `prune_ratio` x the fastest median are out, their medians so far their times. A slow mma.sync
-// candidate draws less power, and forwards timed between such candidates ran below the H200's
-// 700 W cap, where the swapped tiles rank ahead of the TMA tile that wins at the cap (gpumode bench
-// 2, docs/PERF.md 30f); the rounds left time the near-equal, hot candidates only.
+// `prune_ratio` x the fastest median are out, their medians so far their times. Timed in turns,
+// the candidates see the same clock, which moves by a few percent within a fraction of a second
+// under the power cap (docs/PERF.md 29c), where runs of one candidate back to back could catch a
+// dip alone. A slow mma.sync candidate draws less power, and forwards timed between such
+// candidates ran below the H200's 700 W cap, where the swapped tiles rank ahead of the TMA tile
+// that wins at the cap (gpumode bench 2, docs/PERF.md 30f); the rounds left time the near-equal,
+// hot candidates only.
 #pragma once
 
 #include <algorithm>
