@@ -168,6 +168,9 @@ __device__ __forceinline__ float warp_max(float v) {
 // placement then overlap this kernel's wait as well as its work (a kernel triggers only once all
 // of its blocks are resident, so the next one's waiting blocks never take a slot this one still
 // needs). Both compile to nothing below sm_90, where the runtime launches without the attribute.
+// One exception: the swapped down GEMM (grouped_gemm_sm90_swap.cuh) reads what gate/up and the
+// routing wrote after acquire loads of gate/up's counts instead (gate/up's own wait made the
+// routing's outputs visible to it before it released them), and waits only before it exits.
 __device__ __forceinline__ void grid_dependency_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
@@ -178,6 +181,20 @@ __device__ __forceinline__ void grid_dependency_trigger() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;");
 #endif
+}
+
+// A count that another grid's threads wait for: `fence.acq_rel.gpu` orders what this thread wrote,
+// and what it saw others write before it (a __syncwarp or a barrier), before the add, as CUTLASS's
+// semaphores do; the waiting thread loads it with load_acquire_gpu.
+__device__ __forceinline__ void red_add_release_gpu(int* p, int v) {
+  asm volatile("fence.acq_rel.gpu;\nred.relaxed.gpu.global.add.s32 [%0], %1;" ::"l"(p), "r"(v)
+               : "memory");
+}
+
+__device__ __forceinline__ int load_acquire_gpu(const int* p) {
+  int v;
+  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
 }
 
 __device__ __forceinline__ unsigned smem_address(const void* p) {

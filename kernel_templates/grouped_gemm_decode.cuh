@@ -48,12 +48,6 @@ struct GroupedGemmDecode {
   static_assert(DOWN_PARTS == 1 || DOWN_PARTS == 2, "down tiles whole or in two K halves");
   static_assert(DOWN_PARTS == 1 || YOps<Y>::kBytes == 4, "K halves add into fp32 y (atomics)");
 
-  static __device__ __forceinline__ int load_acquire(const int* p) {
-    int v;
-    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-    return v;
-  }
-
   // Zeroes columns [n H / kGateUpCols, (n + 1) H / kGateUpCols) of the y rows of row block m's
   // pairs (DOWN_PARTS = 2).
   static __device__ __forceinline__ void zero_y(const GemmParams& down, int m, int n) {
@@ -74,7 +68,7 @@ struct GroupedGemmDecode {
                                               const GemmParams* down = nullptr) {
     if (!GATE_UP) {
       if (threadIdx.x == 0) {
-        while (load_acquire(done + m) < kGateUpCols) __nanosleep(128);
+        while (load_acquire_gpu(done + m) < kGateUpCols) __nanosleep(128);
       }
       __syncthreads();
     }

@@ -25,6 +25,16 @@
 //     (store, Y: YOps).
 // Padding token rows are zero in the ring, so their h rows are written as zeros (inside the
 // expert's padded range); kDown skips them.
+//
+// The down GEMM fills gate/up's last wave (GemmTmaParams::row_done set): a gate/up consumer warp
+// counts each tile whose h it stored in row_done[row block] (release), and gate/up's first block
+// sets gate_up_started once its wait for the routing returned. The down kernel, launched early,
+// gets an SM as soon as one of gate/up's blocks leaves it (one block an SM for both) and does not
+// wait for gate/up's whole grid: it waits (acquire) for gate_up_started before it reads the
+// routing's outputs, and its producer for the row block's kGateUpCounts before it copies the row
+// block's h rows. The tile orders run row block by row block, so only down's tiles of gate/up's
+// last row blocks wait. The down grid waits for gate/up's grid before it exits, so the kernels
+// after it may rely on both having completed (common.cuh).
 #pragma once
 
 #include "even_blocks.h"
@@ -196,6 +206,9 @@ struct GroupedGemmSm90Swap {
   static constexpr int kAcc =
       TOKENS / 2;  // fp32 accumulators of one wgmma (N = TOKENS), per thread
   static constexpr int kRowsPerProducer = TOKENS * 8 / 128;  // 16-byte chunks of 128 threads
+  // kDown with row_done: the counts of a row block's h (gate/up: (I / 128) tiles, a count from
+  // each of its consumer warps).
+  static constexpr int kGateUpCounts = (I + BLOCK_N / 2 - 1) / (BLOCK_N / 2) * CONSUMERS * 4;
 
   // The weight loads are those of the TMA kernel's 128 x 256 tile.
   using WeightLoader = GroupedGemmSm90Ws<D, H, I, E, S, K, MODE, 2, BLOCK_N, STAGES, 1>;
@@ -223,6 +236,7 @@ struct GroupedGemmSm90Swap {
     const unsigned short* a = reinterpret_cast<const unsigned short*>(g.a);
     int stage = 0;
     unsigned phase = 0;
+    int h_ready = -1;  // kDown with row_done: the row block whose h rows were last waited for
     for (int iteration = 0;; ++iteration) {
       const int tile = next_tile_in_order<1>(p.tile_counter, broadcast, 0, iteration, tid, 0);
       if (tile >= tiles) {
@@ -236,6 +250,15 @@ struct GroupedGemmSm90Swap {
       }
       const BandTile t = tile_of(g, tile, num_blocks, p.band);
       const int m0 = t.m_block * BLOCK_M;
+      if (MODE == kDown && p.row_done != nullptr && t.m_block != h_ready) {
+        // Thread 0's acquire, then the barrier: every producer thread's copies below see the h
+        // rows gate/up's warps released.
+        if (tid == 0) {
+          while (load_acquire_gpu(p.row_done + t.m_block) < kGateUpCounts) __nanosleep(64);
+        }
+        named_barrier_sync<3, 128>();
+        h_ready = t.m_block;
+      }
       const unsigned short* rows[kRowsPerProducer];
 #pragma unroll
       for (int j = 0; j < kRowsPerProducer; ++j) {
@@ -344,6 +367,10 @@ struct GroupedGemmSm90Swap {
           // h = SiLU(gate) * up of 16 columns of this warpgroup's 64.
           const int col = t.n_block * kOutCols + group * 64 + warp_in_group * 16;
           store_staged<true>(g, acc0, acc1, tile_pairs, tile_weights, m0, n, col, lane, mine);
+          if (p.row_done != nullptr) {
+            __syncwarp();  // the warp's h stores, before lane 0's release
+            if (lane == 0) red_add_release_gpu(p.row_done + t.m_block, 1);
+          }
         } else {
           const int col = t.n_block * kOutCols + group * 128 + warp_in_group * 16;
           store_staged<false>(g, acc0, acc0, tile_pairs, tile_weights, m0, n, col, lane, mine);
@@ -505,9 +532,21 @@ struct GroupedGemmSm90Swap {
   }
 
   static __device__ void run(const GemmTmaParams& p) {
-    // Launched programmatically after the scatter kernel: nothing it wrote is read before this.
+    // Launched programmatically after the scatter kernel (gate/up) or gate/up (down): nothing the
+    // kernels before wrote is read before this.
     grid_dependency_trigger();  // the next kernel may launch now; it waits for this one
-    grid_dependency_wait();
+    const bool overlap = p.row_done != nullptr;
+    if (MODE == kDown && overlap) {
+      if (threadIdx.x == 0) {
+        while (load_acquire_gpu(p.gate_up_started) == 0) __nanosleep(256);
+      }
+      __syncthreads();
+    } else {
+      grid_dependency_wait();
+      if (MODE == kGateUp && overlap && blockIdx.x == 0 && threadIdx.x == 0) {
+        red_add_release_gpu(p.gate_up_started, 1);
+      }
+    }
     extern __shared__ __align__(1024) unsigned char smem[];
     const unsigned smem_base = (smem_address(smem) + 1023u) & ~1023u;
     const unsigned staging = smem_base + STAGES * kStageBytes;  // kStagingBytes (kStagedY)
@@ -533,6 +572,8 @@ struct GroupedGemmSm90Swap {
       warpgroup_registers_inc<224>();
       consume(p, smem_base, full, empty, tile_slots, tile_pairs, num_blocks, staging);
     }
+    // The overlapped down grid completes only after gate/up's (see the top of the file).
+    if (MODE == kDown && overlap) grid_dependency_wait();
   }
 };
 

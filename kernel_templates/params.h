@@ -129,6 +129,13 @@ struct GemmTmaParams {
   GemmParams gemm;
   int* tile_counter;  // (1) zero at launch: the next tile to hand out (without clusters)
   int band;           // row blocks per band of the tile order (>= 1; see tile_of), no clusters
+  // The swapped kernels (grouped_gemm_sm90_swap.cuh) only, else null: the down GEMM starts on the
+  // SMs that gate/up's last tiles leave idle, each tile once gate/up has written its h rows,
+  // instead of after the whole gate/up grid. Both zero at launch:
+  int* row_done;         // (max_blocks) gate/up: per row block, one count a consumer warp and
+                         // tile stored; down: waits for all of them before it reads the h rows
+  int* gate_up_started;  // (1) gate/up: set once it waited for the routing; down: waits for it
+                         // before it reads the routing's outputs
 };
 
 struct CombineParams {

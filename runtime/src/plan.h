@@ -22,8 +22,11 @@ namespace rt_moe {
 struct CounterLayout {
   std::size_t counts = 0;         // int (E): routed pairs per expert (Offsets, RouteDecode)
   std::size_t tile_counters = 0;  // int (2): the TMA grouped GEMMs' next tile (gate/up, down)
-  std::size_t decode_ticket = 0;  // int (1): the fused decode GEMM's next work item
-  std::size_t gate_up_done = 0;   // int (max_blocks): its finished gate/up tiles a row block
+  // The fused decode GEMM's, and the swapped GEMMs' (GemmTmaParams), which no plan runs both of:
+  std::size_t decode_ticket = 0;  // int (1): the decode GEMM's next work item; the swapped
+                                  // gate/up's gate_up_started
+  std::size_t gate_up_done = 0;   // int (max_blocks): finished gate/up tiles a row block (the
+                                  // swapped gate/up: its consumer warps' counts, row_done)
   std::size_t shared_done = 0;    // int (S * shared_chunk_blocks): the same, shared rows
   std::size_t count_lines = 0;    // int (E * kCounterStride): top-k's atomic counts (params.h)
   std::size_t ints = 0;           // all of them

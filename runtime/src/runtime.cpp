@@ -326,6 +326,11 @@ void MoeRuntime::Impl::enqueue_stages(const LaunchPlan& plan, const void* x, voi
     tma_gate_up.gemm = gate_up;
     tma_gate_up.tile_counter = counter(n.tile_counters);
     tma_gate_up.band = plan.tile_band;
+    if (plan.tile.swap) {
+      // The down GEMM starts on the SMs gate/up's last tiles leave (grouped_gemm_sm90_swap.cuh).
+      tma_gate_up.row_done = counter(n.gate_up_done);
+      tma_gate_up.gate_up_started = counter(n.decode_ticket);
+    }
     launch(*plan.gate_up, {std::min(row_groups * gate_up_cols, plan.gemm_ctas)}, tma_gate_up,
            stream, order, cluster);
     GemmTmaParams tma_down{};
@@ -336,6 +341,8 @@ void MoeRuntime::Impl::enqueue_stages(const LaunchPlan& plan, const void* x, voi
     tma_down.gemm = down;
     tma_down.tile_counter = counter(n.tile_counters) + 1;
     tma_down.band = plan.tile_band;
+    tma_down.row_done = tma_gate_up.row_done;
+    tma_down.gate_up_started = tma_gate_up.gate_up_started;
     launch(*plan.down, {std::min(row_groups * down_cols, plan.gemm_ctas)}, tma_down, stream, order,
            cluster);
   } else if (plan.tile.fused) {
