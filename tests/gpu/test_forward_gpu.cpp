@@ -120,6 +120,71 @@ TEST_CASE("the forward is deterministic and replays identically from a CUDA grap
   check_replays(wide, gout_dev, stream_run.out, 3);
 }
 
+TEST_CASE("each forward's down GEMM reads its own h: two inputs alternated, back to back",
+          "[forward]") {
+  // On sm_90a the swapped grouped GEMM's down kernel starts on the SMs gate/up leaves and reads a
+  // row block's h once gate/up's warps counted it stored (grouped_gemm_sm90_swap.cuh). A down tile
+  // that read its h rows early would read the other input's h (the forward before, same
+  // workspace) or another expert's rows: forwards of two inputs in turn, enqueued with no
+  // synchronization between them, must each equal that input's checked forward bit for bit.
+  //   - 32 rows an expert in the swapped tile of 64 rows: gate/up's 72 tiles (18 row blocks, 4
+  //     column blocks) leave 60 of 132 SMs free, so down's blocks start at once, before any row
+  //     block's h is stored;
+  //   - ~143 rows an expert in the tile of 160 rows (DeepSeek-V3 T = 4096's): down fills gate/up's
+  //     last wave. (I = 512: at I = 256 these weights' h is large enough that one ulp of h, where
+  //     the GPU's fp32 sums round the other way, put 10-12 of 2.9 M outputs past the rule with
+  //     main's kernels as with these, the same elements with the same values; the bit-for-bit
+  //     check below is what this test is for.)
+  struct Shape {
+    MoeConfig config;
+    std::int64_t tokens;
+    const char* tile;
+  };
+  const Shape shapes[] = {
+      {make_config(2048, 512, 16, 1, 4, DType::kBF16), 128, "sm90swap 64x256x64 s5"},
+      {make_config(2048, 512, 128, 1, 8, DType::kBF16), 2000, "sm90swap 160x256x64 s4"}};
+  for (const Shape& shape : shapes) {
+    RuntimeOptions options;
+    options.tile = shape.tile;
+    Fixture f(shape.config, 73, options);
+    const std::int64_t tokens = shape.tokens;
+    INFO(f.moe.describe(tokens));
+    CUstream s = f.stream.get();
+    std::vector<std::uint16_t> xs[2] = {random_activations(f.config, tokens, 610),
+                                        random_activations(f.config, tokens, 611)};
+    driver::DeviceBuffer x_dev[2] = {upload(xs[0]), upload(xs[1])};
+    const std::size_t out_bytes = std::size_t(tokens) * f.config.d_hidden * 2;
+    std::vector<std::uint16_t> expected[2];
+    for (int i = 0; i < 2; ++i) {
+      driver::DeviceBuffer out(out_bytes);
+      const ForwardRun run = run_forward(f.moe, x_dev[i], out, tokens, s);
+      const OutputCheck checked = check_outputs(f.config, f.weights, xs[i], tokens, run);
+      INFO("input " << i << ": " << checked.comparison.describe() << "; rows holding NaN "
+                    << checked.nan_rows);
+      CHECK(checked.pass());
+      expected[i] = run.out;
+    }
+    REQUIRE(expected[0] != expected[1]);
+    constexpr int kForwards = 12;
+    std::vector<driver::DeviceBuffer> outs;
+    for (int i = 0; i < kForwards; ++i) {
+      outs.emplace_back(out_bytes);
+      RT_MOE_CALL(cuMemsetD8Async, outs.back().get(), 0xFF, out_bytes, s);
+    }
+    for (int i = 0; i < kForwards; ++i) {
+      f.moe.forward(x_dev[i % 2].as<const void>(), outs[i].as<void>(), tokens, s);
+    }
+    RT_MOE_CALL(cuStreamSynchronize, s);
+    int mismatched = 0;
+    for (int i = 0; i < kForwards; ++i) {
+      std::vector<std::uint16_t> got(expected[0].size());
+      outs[i].download(got.data(), out_bytes);
+      if (got != expected[i % 2]) ++mismatched;
+    }
+    CHECK(mismatched == 0);
+  }
+}
+
 TEST_CASE("each forward leaves its counters zero: buckets interleaved, route() between, graphs",
           "[forward]") {
   // No memset starts a forward: the combine zeroes the plan's counters (expert counts, the TMA
