@@ -112,6 +112,18 @@ struct GroupedGemmDecode {
       if (t < shared_rows * kDownCols) return shared_down(t);
       t -= shared_rows * kDownCols;
     }
+    if (t == 0) {
+      // The experts table (written at prepare(); no kernel of the forward writes it), which every
+      // routed item reads right after the wait, its expert's entry after block_expert: the first
+      // block past the shared items brings it into L2 while the routing runs, one DRAM round trip
+      // off that chain (with the L2 flushed or cold).
+      const auto first = reinterpret_cast<unsigned long long>(p.gate_up.experts) & ~127ull;
+      const auto end = reinterpret_cast<unsigned long long>(p.gate_up.experts + E + S);
+      for (unsigned long long line = first + threadIdx.x * 128ull; line < end;
+           line += kThreads * 128ull) {
+        prefetch_l2(reinterpret_cast<const void*>(line));
+      }
+    }
     grid_dependency_wait();  // the routing and the dispatch
     // The routed experts' row blocks come first in the sorted order, the shared chunks last.
     const int routed = *p.gate_up.num_blocks - shared_rows;

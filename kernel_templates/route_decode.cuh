@@ -31,21 +31,31 @@ struct RouteDecode {
   static __device__ void run(const RouteDecodeParams& p) {
     __shared__ typename Layout::Shared s;
     __shared__ int fill[kExperts];
+    __shared__ float bias[BIAS ? E : 1];
+    __shared__ int ids_copy[kWarps * K];  // the ids of tokens < kWarps
     grid_dependency_trigger();  // the next kernel may launch now; it waits for this one
     const int T = p.topk.tokens;
     for (int e = threadIdx.x; e < kExperts; e += kThreads) {
       s.counts[e] = e < E ? 0 : T;
       fill[e] = 0;
     }
+    // The correction bias is a weight (no kernel of the forward writes it): loaded here, while
+    // the router runs, it is off the path after the wait (one DRAM round trip under the expert
+    // GEMM's loads, with the L2 flushed or cold).
+    if (BIAS) {
+      for (int e = threadIdx.x; e < E; e += kThreads) bias[e] = p.topk.bias[e];
+    }
     __syncthreads();
     grid_dependency_wait();  // the logits
     for (int token = threadIdx.x / 32; token < T; token += kWarps) {
-      Select::template select<1>(p.topk, token, s.counts);
+      Select::template select<1>(p.topk, token, s.counts, BIAS ? bias : p.topk.bias,
+                                 token < kWarps ? ids_copy : nullptr);
     }
-    __syncthreads();  // the counts, and this block's stores of the ids
+    __syncthreads();  // the counts, and the ids in shared memory (and this block's stores of them)
     for (int e = threadIdx.x; e < E; e += kThreads) p.offsets.expert_counts[e] = s.counts[e];
     Layout::from_counts(p.offsets, s);
-    const int* ids = p.topk.topk_ids;
+    // The ids from shared memory, not back from L2: one round trip less before the scatter.
+    const int* ids = T <= kWarps ? ids_copy : p.topk.topk_ids;
     for (int pair = threadIdx.x; pair < T * kSlots; pair += kThreads) {
       const int token = pair / kSlots, slot = pair % kSlots;
       const int expert = slot < K ? ids[token * K + slot] : E + (slot - K);

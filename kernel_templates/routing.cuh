@@ -246,13 +246,16 @@ struct Topk {
     grid_dependency_trigger();  // the next kernel may launch now; it waits for this one
     grid_dependency_wait();     // the logits (and the counts, zero since the last combine)
     const int token = blockIdx.x * WARPS + threadIdx.x / 32;
-    if (token < p.tokens) select<kCounterStride>(p, token, p.count_lines);
+    if (token < p.tokens) select<kCounterStride>(p, token, p.count_lines, p.bias);
   }
 
   // One token's choice by one whole warp: writes its K ids and weights and adds one to
-  // counts[expert * STRIDE] (global count lines, or shared memory) of each chosen expert.
+  // counts[expert * STRIDE] (global count lines, or shared memory) of each chosen expert. `bias`
+  // is p.bias or a copy of it (shared memory: RouteDecode loads it before its dependency wait);
+  // with `ids_copy` the ids also go to ids_copy[token K + j] (shared memory, for the caller).
   template <int STRIDE>
-  static __device__ void select(const TopkParams& p, int token, int* counts) {
+  static __device__ void select(const TopkParams& p, int token, int* counts, const float* bias,
+                                int* ids_copy = nullptr) {
     const int lane = threadIdx.x % 32;
     const float* logits = p.logits + (long long)token * E;
     // This lane's logits: the router's, or the sum of the K split's partial logits in part order
@@ -327,7 +330,7 @@ struct Topk {
 #pragma unroll
       for (int i = 0; i < kPerLane; ++i) {
         int e = lane + 32 * i;
-        value[i] = BIAS && e < E ? score[i] + p.bias[e] : score[i];
+        value[i] = BIAS && e < E ? score[i] + bias[e] : score[i];
         key[i] = e < E ? order_key(value[i]) : kExcluded;
       }
       if (N_GROUP > 1) {
@@ -392,6 +395,7 @@ struct Topk {
       w = round_to<D>(w * scale);
       p.topk_ids[(long long)token * K + j] = id;
       p.topk_weights[(long long)token * K + j] = w;
+      if (ids_copy != nullptr) ids_copy[token * K + j] = id;
       atomicAdd(&counts[id * STRIDE], 1);
     };
     if (lane < K) emit(lane, chosen_id, chosen_score);
