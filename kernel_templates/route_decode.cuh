@@ -32,7 +32,8 @@ struct RouteDecode {
     __shared__ typename Layout::Shared s;
     __shared__ int fill[kExperts];
     __shared__ float bias[BIAS ? E : 1];
-    __shared__ int ids_copy[kWarps * K];  // the ids of tokens < kWarps
+    // The ids of tokens < kWarps, for the scatter.
+    __shared__ int ids_copy[kWarps * K];
     grid_dependency_trigger();  // the next kernel may launch now; it waits for this one
     const int T = p.topk.tokens;
     for (int e = threadIdx.x; e < kExperts; e += kThreads) {
