@@ -86,6 +86,10 @@ __device__ __forceinline__ void wgmma_wait() {
 __device__ __forceinline__ void fence_proxy_async() {
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
+// The same between this thread's view of global memory and its later async-proxy (TMA) reads.
+__device__ __forceinline__ void fence_proxy_async_global() {
+  asm volatile("fence.proxy.async.global;\n" ::: "memory");
+}
 
 // Shared memory descriptor of a K-major tile with the 128-byte swizzle: start address, stride of
 // 1024 bytes between groups of 8 rows (the leading offset is unused for this layout).
