@@ -11,11 +11,13 @@
 // bands, tile_order.h; one producer warpgroup, a STAGES-deep ring, full/empty mbarriers), with two
 // consumer warpgroups and a tile of 256 weight rows x TOKENS token rows:
 //   - the producer loads the weight tile (two 128-row boxes, TMA, 128-byte swizzle) and the token
-//     rows: kGateUp the gathered x rows by cp.async from all 128 threads (rows past the expert's
-//     last row zero-filled); kDown the block's TOKENS consecutive h rows as one more TMA box (the
-//     map GemmTmaParams::a), rows past the block's tokens holding whatever h holds there, which
-//     only the MMA columns of tokens that are never stored read (0.5-0.8% faster in the middle
-//     than the producer threads' cp.async, docs/PERF.md 34);
+//     rows by cp.async from all 128 threads: gathered x rows (kGateUp) or the h rows of the block
+//     (kDown), rows past the expert's last row zero-filled; except in the down GEMM of tiles of
+//     128 token rows or more (kTmaTokens), where the block's TOKENS consecutive h rows are one
+//     more TMA box (the map GemmTmaParams::a), rows past the block's tokens holding whatever h
+//     holds there, which only the MMA columns of tokens that are never stored read (H200,
+//     docs/PERF.md 34: 0.6-0.7% faster at DeepSeek-V3 T = 4096 and 16384 and at gpumode bench 1;
+//     the 64-row tile at T = 512 0.3% slower, so it keeps the cp.async);
 //   - consumer warpgroup c issues two wgmma.m64nTOKENSk16 per 16 K elements, the token tile as B
 //     (K-major, the same swizzled layout as the weights), two 64-row weight slices as A:
 //       kGateUp: gate rows [64 c, 64 c + 64) and the up rows of the same columns, so a thread
@@ -186,9 +188,11 @@ struct GroupedGemmSm90Swap {
   static constexpr int kThreads = 128 * (CONSUMERS + 1);
   static constexpr int kMinBlocks = 1;  // one block per SM: a register cap for setmaxnreg
   static constexpr int kSlots = K + S;
-  // Arrivals a full barrier waits for: the producer's thread 0 (its expect_tx), and with the
-  // cp.async token rows of kGateUp each producer thread's.
-  static constexpr int kFullArrivals = MODE == kDown ? 1 : 128 + 1;
+  // kDown's h rows by TMA (see the top of the file).
+  static constexpr bool kTmaTokens = MODE == kDown && TOKENS >= 128;
+  // Arrivals a full barrier waits for: the producer's thread 0 (its expect_tx), and with
+  // cp.async token rows each producer thread's.
+  static constexpr int kFullArrivals = kTmaTokens ? 1 : 128 + 1;
   static constexpr int kReduce = MODE == kDown ? I : H;
   static constexpr int kTiles = kReduce / BLOCK_K;
   static constexpr int kOutCols = MODE == kGateUp ? BLOCK_N / 2 : BLOCK_N;  // per tile
@@ -250,7 +254,7 @@ struct GroupedGemmSm90Swap {
         // same arrivals as a stage of data (every gathering thread, and thread 0 for the TMA).
         mbarrier_wait(empty + 8 * stage, phase ^ 1);
         if (tid == 0) tile_slots[stage] = -1;
-        if (MODE == kGateUp) mbarrier_arrive(full + 8 * stage);
+        if (!kTmaTokens) mbarrier_arrive(full + 8 * stage);
         if (tid == 0) mbarrier_arrive(full + 8 * stage);
         break;
       }
@@ -262,16 +266,19 @@ struct GroupedGemmSm90Swap {
         if (tid == 0) {
           while (load_acquire_gpu(p.row_done + t.m_block) < kGateUpCounts) __nanosleep(64);
           // The h rows that gate/up's generic stores wrote, before this thread's TMA reads them.
-          fence_proxy_async_global();
+          if (kTmaTokens) fence_proxy_async_global();
         }
         named_barrier_sync<3, 128>();
         h_ready = t.m_block;
       }
-      const unsigned short* rows[kRowsPerProducer];  // kGateUp: the x rows of this thread
+      const unsigned short* rows[kRowsPerProducer];  // the token rows this thread copies
 #pragma unroll
-      for (int j = 0; j < (MODE == kGateUp ? kRowsPerProducer : 0); ++j) {
-        const int pair = g.sorted_rows[m0 + tid / 8 + 16 * j];
-        rows[j] = pair >= 0 ? a + (long long)(pair / kSlots) * H + chunk * 8 : nullptr;
+      for (int j = 0; j < (kTmaTokens ? 0 : kRowsPerProducer); ++j) {
+        const int r = tid / 8 + 16 * j;
+        const int pair = g.sorted_rows[m0 + r];
+        const long long row =
+            MODE == kGateUp ? (long long)(pair / kSlots) * H : (long long)(m0 + r) * I;
+        rows[j] = pair >= 0 ? a + row + chunk * 8 : nullptr;
       }
       for (int kt = 0; kt < kTiles; ++kt) {
         mbarrier_wait(empty + 8 * stage, phase ^ 1);
@@ -280,12 +287,12 @@ struct GroupedGemmSm90Swap {
         const unsigned bar = full + 8 * stage;
         if (tid == 0) {
           if (kt == 0) tile_slots[stage] = tile;  // published by the arrival below
-          mbarrier_arrive_expect_tx(bar, kWeightBytes + (MODE == kDown ? kTokenBytes : 0));
+          mbarrier_arrive_expect_tx(bar, kWeightBytes + (kTmaTokens ? kTokenBytes : 0));
           WeightLoader::load_b_half(p, t.expert, t.n_block, kt, 0, weight_smem, bar, false);
           WeightLoader::load_b_half(p, t.expert, t.n_block, kt, 1, weight_smem, bar, false);
-          if (MODE == kDown) tma_load_2d(token_smem, &p.a, kt * BLOCK_K, m0, bar);
+          if (kTmaTokens) tma_load_2d(token_smem, &p.a, kt * BLOCK_K, m0, bar);
         }
-        if constexpr (MODE == kGateUp) {
+        if constexpr (!kTmaTokens) {
 #pragma unroll
           for (int j = 0; j < kRowsPerProducer; ++j) {
             const int r = tid / 8 + 16 * j;
@@ -331,7 +338,7 @@ struct GroupedGemmSm90Swap {
       const BandTile t = tile_of(g, tile, num_blocks, p.band);
       const int m0 = t.m_block * BLOCK_M;
       // The block's token rows, rounded up to 8: the N of its MMAs (its padding rows are zero
-      // in kGateUp's ring, and in kDown's the h rows gate/up wrote from them; those past n are
+      // in the ring, or with kTmaTokens the h rows gate/up wrote from zeros; those past n are
       // neither multiplied nor stored). A routed expert's rows are spread evenly over its blocks
       // (EvenBlocks); a shared chunk's fill its blocks in order.
       const int offset = m0 - g.padded_offsets[t.expert];
@@ -351,9 +358,9 @@ struct GroupedGemmSm90Swap {
       int release = -1;
       for (int kt = 0; kt < kTiles; ++kt) {
         if (kt > 0) mbarrier_wait(full + 8 * stage, phase);
-        // kGateUp's token rows were written by cp.async (generic proxy); wgmma reads them through
-        // the async proxy.
-        if (MODE == kGateUp) fence_proxy_async();
+        // Token rows written by cp.async (generic proxy); wgmma reads them through the async
+        // proxy.
+        if (!kTmaTokens) fence_proxy_async();
         const unsigned token_smem = smem_base + stage * kStageBytes;
         const unsigned weight_smem = token_smem + kTokenBytes;
         wgmma_fence();
