@@ -24,9 +24,10 @@ const char* fake_get(const char* name) {
 TEST_CASE("RT_MOE_STAGE_TIMELINE: on for 1, off when unset or 0", "[env]") {
   fake().clear();
   CHECK_FALSE(parse_env(fake_get).stage_timeline);
-  fake()["RT_MOE_STAGE_TIMELINE"] = "1";
+  // (std::string values: GCC 12 warns, wrongly, of -Wrestrict on assigning a literal here.)
+  fake()["RT_MOE_STAGE_TIMELINE"] = std::string("1");
   CHECK(parse_env(fake_get).stage_timeline);
-  fake()["RT_MOE_STAGE_TIMELINE"] = "0";
+  fake()["RT_MOE_STAGE_TIMELINE"] = std::string("0");
   CHECK_FALSE(parse_env(fake_get).stage_timeline);
   fake().clear();
 }
