@@ -20,20 +20,11 @@
 #include <vector>
 
 #include "cuda_check.h"
+#include "read_sink.h"
 
 constexpr int kThreads = 256;
 constexpr int kRowBytes = 14336;  // 7168 bf16
 constexpr int kTileRows = 256;
-
-__device__ __forceinline__ void fold(int4& acc, int4 v) {
-  acc.x ^= v.x;
-  acc.y ^= v.y;
-  acc.z ^= v.z;
-  acc.w ^= v.w;
-}
-__device__ __forceinline__ void sink(int4 acc, int4* out) {
-  if ((acc.x ^ acc.y ^ acc.z ^ acc.w) == 0x7fffffff) out[threadIdx.x] = acc;  // never, in practice
-}
 
 // 32 loads in flight a thread, in address order over the whole buffer.
 __global__ void __launch_bounds__(kThreads, 1) linear_read(const int4* p, size_t n, int4* out) {
