@@ -3,11 +3,10 @@
 // a tile's 256 weight rows. The rows are 14336 bytes apart (H = 7168), and about four K tiles are
 // in flight a block. Here 132 blocks of 256 threads (one an SM, as the persistent GEMM) read a
 // 4.3 GB matrix of 14336-byte rows, tile by tile (256 rows, round robin over the blocks):
-//   linear:     the buffer in address order (the HBM ceiling's pattern), 32 loads in flight a
-//   thread; stripes S:  each K step S bytes of each of the tile's 256 rows (128-byte lines, 8
-//   threads a line
-//               for S = 128), K steps in order, DEPTH steps issued before any is consumed (~128 KB
-//               in flight a block, as the ring's stages).
+// - linear: the buffer in address order (the HBM ceiling's pattern), 32 loads in flight a thread;
+// - stripes S: each K step S bytes of each of the tile's 256 rows (128-byte lines, 8 threads a
+//   line for S = 128), K steps in order, DEPTH steps issued before any is consumed (~128 KB in
+//   flight a block, as the ring's stages).
 // If stripes of 128 bytes read much slower than linear, the middle's DRAM rate (77-80% of the
 // ceiling in the swapped GEMMs, PERF.md 13b) is its access pattern's, and wider K steps or a
 // tiled weight layout would be the lever; if not, it is not.

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <iterator>
 
 #include "params.h"
 
@@ -137,31 +138,32 @@ std::vector<GemmTile> candidate_tiles(const MoeConfig& c, long long max_tokens,
                                {128, 256, 64, 2, 1, 4, 90}});
   }
   if (has_tma_path(c, arch)) {
-    // (Room first: GCC 12's -Warray-bounds misreads the reallocating insert of this list.)
-    space.reserve(space.size() + 16);
-    space.insert(space.end(), {{64, 256, 64, 1, 1, 5, 90, true},
-                               {128, 128, 64, 2, 1, 6, 90, true},
-                               {128, 256, 64, 2, 1, 3, 90, true},
-                               {128, 256, 64, 2, 1, 4, 90, true},
-                               // 192 rows: an expert of up to 192 rows (DeepSeek-V3 at T = 4096:
-                               // ~128) streams each weight tile through L2 to the SMs once.
-                               {192, 192, 64, 3, 1, 4, 90, true},
-                               {192, 128, 64, 3, 1, 5, 90, true},
-                               {128, 128, 64, 2, 1, 6, 90, true, 2},
-                               {128, 256, 64, 2, 1, 4, 90, true, 2},
-                               // y through shared memory by the copy engine in the down GEMM.
-                               staged_y({128, 256, 64, 2, 1, 4, 90, true}),
-                               staged_y({128, 256, 64, 2, 1, 4, 90, true, 2}),
-                               staged_y({192, 192, 64, 3, 1, 4, 90, true}),
-                               // Tokens as the MMA's N: an expert of up to 128-160 rows is one
-                               // block, its MMAs as wide as its rows rounded up to 8.
-                               swap_tile(128, 4),
-                               swap_tile(144, 4),
-                               swap_tile(160, 4),
-                               // Few rows an expert (DeepSeek-V3 at T = 512: ~18): narrow token
-                               // tiles leave room for 5-6 stages of weights in flight.
-                               swap_tile(32, 6),
-                               swap_tile(64, 5)});
+    const GemmTile tma[] = {{64, 256, 64, 1, 1, 5, 90, true},
+                            {128, 128, 64, 2, 1, 6, 90, true},
+                            {128, 256, 64, 2, 1, 3, 90, true},
+                            {128, 256, 64, 2, 1, 4, 90, true},
+                            // 192 rows: an expert of up to 192 rows (DeepSeek-V3 at T = 4096:
+                            // ~128) streams each weight tile through L2 to the SMs once.
+                            {192, 192, 64, 3, 1, 4, 90, true},
+                            {192, 128, 64, 3, 1, 5, 90, true},
+                            {128, 128, 64, 2, 1, 6, 90, true, 2},
+                            {128, 256, 64, 2, 1, 4, 90, true, 2},
+                            // y through shared memory by the copy engine in the down GEMM.
+                            staged_y({128, 256, 64, 2, 1, 4, 90, true}),
+                            staged_y({128, 256, 64, 2, 1, 4, 90, true, 2}),
+                            staged_y({192, 192, 64, 3, 1, 4, 90, true}),
+                            // Tokens as the MMA's N: an expert of up to 128-160 rows is one
+                            // block, its MMAs as wide as its rows rounded up to 8.
+                            swap_tile(128, 4),
+                            swap_tile(144, 4),
+                            swap_tile(160, 4),
+                            // Few rows an expert (DeepSeek-V3 at T = 512: ~18): narrow token
+                            // tiles leave room for 5-6 stages of weights in flight.
+                            swap_tile(32, 6),
+                            swap_tile(64, 5)};
+    // (Room first: GCC 12's -Warray-bounds misreads a reallocating insert of this list.)
+    space.reserve(space.size() + std::size(tma));
+    space.insert(space.end(), std::begin(tma), std::end(tma));
   }
   // The GEMV re-reads the weights (from L2) for every row block of an expert: a candidate while
   // the average expert fills one or two blocks. The fused decode kernel: one stream of weights.
