@@ -51,6 +51,25 @@ double time_median_ms(CUstream stream, int iters, Body body) {
   return median(time_events_ms(stream, iters, nullptr, body));
 }
 
+// Windows of work (each enqueued by `window`, timed with events and synchronized) one after the
+// other for `seconds`, at least four: each window's milliseconds and the host times around it.
+struct SteadyWindows {
+  std::vector<double> ms;
+  std::vector<std::chrono::steady_clock::time_point> starts, ends;
+};
+
+SteadyWindows run_windows(CUstream stream, double seconds, const std::function<void()>& window) {
+  using Clock = std::chrono::steady_clock;
+  SteadyWindows w;
+  const Clock::time_point start = Clock::now();
+  while (w.ms.size() < 4 || std::chrono::duration<double>(Clock::now() - start).count() < seconds) {
+    w.starts.push_back(Clock::now());
+    w.ms.push_back(time_events_ms(stream, 1, nullptr, window).front());
+    w.ends.push_back(Clock::now());
+  }
+  return w;
+}
+
 // The few cuBLAS entry points the GEMM ceiling needs, resolved from a dlopen'ed libcublas.
 struct Cublas {
   using Create = cublasStatus_t (*)(cublasHandle_t*);
@@ -156,6 +175,38 @@ Ceiling measure_hbm_read(KernelCache& kernels, const driver::DeviceInfo& device,
   return c;
 }
 
+Ceiling measure_hbm_read_steady(KernelCache& kernels, const driver::DeviceInfo& device,
+                                CUstream stream, double seconds) {
+  std::size_t free_bytes = 0, total_bytes = 0;
+  RT_MOE_CALL(cuMemGetInfo, &free_bytes, &total_bytes);
+  const std::size_t bytes = std::min(kReadBytes, free_bytes / 2 / 16 * 16);
+  driver::DeviceBuffer data(bytes);
+  RT_MOE_CALL(cuMemsetD32Async, data.get(), 0x3f803f80u, bytes / 4, stream);
+  const Kernel& kernel = kernels.get(read_spec(false));
+  const unsigned blocks = read_blocks(kernel, device);
+  driver::DeviceBuffer block_sums(blocks * sizeof(unsigned));
+  const ReadParams params{data.as<const void>(), (long long)(bytes / 16),
+                          block_sums.as<unsigned>()};
+  // ~25 ms a window at 4.6 TB/s over 4 GiB
+  constexpr int kWindow = 24;
+  const SteadyWindows steady = run_windows(stream, seconds, [&] {
+    for (int i = 0; i < kWindow; ++i) launch(kernel, {blocks}, params, stream);
+  });
+  const std::size_t half = steady.ms.size() / 2;
+  Ceiling c;
+  c.value = kWindow * double(bytes) / (median({steady.ms.begin() + half, steady.ms.end()}) * 1e-3);
+  c.measured = true;
+  c.steady_s = seconds;
+  c.window_count = kWindow;
+  c.steady_from = steady.starts[half];
+  c.steady_to = steady.ends.back();
+  c.note = fmt::format(
+      "read of {:.1f} GiB, plain loads, 4 in flight a thread, median of the last {} of {} "
+      "windows of {} reads back to back over {:.1f} s",
+      bytes / double(1 << 30), steady.ms.size() - half, steady.ms.size(), kWindow, seconds);
+  return c;
+}
+
 Ceiling measure_gemm_rate(DType dtype, CUstream stream, int iters, double steady_s) {
   Cublas cublas;
   if (std::string why = cublas.load(); !why.empty()) return reference_gemm(dtype, why);
@@ -199,15 +250,10 @@ Ceiling measure_gemm_rate(DType dtype, CUstream stream, int iters, double steady
   // 787 TFLOP/s in the first window, a median of 664 over 2 s, 633 in the last); the median of
   // the second half is the steady rate.
   constexpr int kWindow = 18;
-  std::vector<double> window_ms;
-  const auto steady_start = std::chrono::steady_clock::now();
-  while (window_ms.size() < 4 ||
-         std::chrono::duration<double>(std::chrono::steady_clock::now() - steady_start).count() <
-             steady_s) {
-    window_ms.push_back(time_events_ms(stream, 1, nullptr, [&] {
-                          for (int i = 0; i < kWindow; ++i) gemm();
-                        }).front());
-  }
+  const SteadyWindows steady = run_windows(stream, steady_s, [&] {
+    for (int i = 0; i < kWindow; ++i) gemm();
+  });
+  const std::vector<double>& window_ms = steady.ms;
   if (status != CUBLAS_STATUS_SUCCESS) {
     return reference_gemm(dtype, fmt::format("cublasGemmEx failed with status {}", int(status)));
   }
@@ -222,6 +268,8 @@ Ceiling measure_gemm_rate(DType dtype, CUstream stream, int iters, double steady
   ceiling.window_count = kWindow;
   ceiling.steady_first = rate(window_ms.front());
   ceiling.steady_last = rate(median({window_ms.end() - last, window_ms.end()}));
+  ceiling.steady_from = steady.starts[half];
+  ceiling.steady_to = steady.ends.back();
   ceiling.note = fmt::format(
       "cublasGemmEx {}^3 {} (fp32 accumulate) from {}, steady: median of the last {} of {} "
       "windows of {} products back to back over {:.1f} s",

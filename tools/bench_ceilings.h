@@ -6,6 +6,7 @@
 
 #include <cuda.h>
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -33,6 +34,9 @@ struct Ceiling {
   int window_count = 0;
   double steady_first = 0;
   double steady_last = 0;
+  // The host times between which the windows that make the steady rate ran (for PowerMeter),
+  // here and in measure_hbm_read_steady.
+  std::chrono::steady_clock::time_point steady_from, steady_to;
   // HBM read only: each kernel variant measured (the value is the fastest).
   struct Variant {
     std::string name;
@@ -46,6 +50,13 @@ struct Ceiling {
 // 0.26-0.53 GB a decode GEMM reads; never the floor's ceiling).
 Ceiling measure_hbm_read(KernelCache& kernels, const driver::DeviceInfo& device, CUstream stream,
                          int iters = 20, std::size_t bytes = 0);
+
+// The read of measure_hbm_read (plain loads, 4 in flight a thread) over the same buffer back to
+// back for `seconds`, in windows of ~25 ms timed with events: `value` is the median rate of the
+// second half's windows, `steady_from` and `steady_to` when they ran. What the read draws at
+// full bandwidth is read between those (the power floor's byte cost, tools/power.h).
+Ceiling measure_hbm_read_steady(KernelCache& kernels, const driver::DeviceInfo& device,
+                                CUstream stream, double seconds = 1.0);
 
 // Dense 8192^3 GEMM of `dtype` with fp32 accumulation through cublasGemmEx: the burst rate
 // (median of `iters` single products after warm-up) and the steady rate (`steady_s` seconds of

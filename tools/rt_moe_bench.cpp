@@ -18,6 +18,9 @@
 // products on an idle GPU, is printed beside it (docs/PERF.md 16a). Also timed apart: cold compile
 // and warm cache load of one bucket's kernels, and the host cost of one forward() call (enqueue
 // only) at T = 1.
+// Power (unless --no-power; needs NVML): the board's draw while the GEMM ceiling's and a steady HBM
+// read's windows run, idle, and over each T's steady forwards, and from them the floor that the
+// power limit sets (tools/power.h: a model, printed in a table of its own).
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -38,6 +41,7 @@
 #include "gpu_harness.h"
 #include "kernels.h"
 #include "plot.h"
+#include "power.h"
 #include "reference.h"
 #include "rt_moe/runtime.h"
 #include "specs.h"
@@ -74,6 +78,7 @@ struct Options {
   bool balanced = false;   // inputs that route every expert T k / E tokens (balance_activations)
   std::vector<int> bands;  // also time every T with each RuntimeOptions::tile_band
   std::vector<std::string> compare_tiles;  // also time every T with each pinned tile
+  bool power = true;  // read the board's power (PowerMeter) and print the power floor
 };
 
 double seconds_since(Clock::time_point start) {
@@ -181,6 +186,11 @@ struct TokenResult {
   double tflops = 0, gbps = 0, floor_ms = 0, over_floor = 0;
   double burst_floor_ms = 0, over_burst_floor = 0;  // with the GEMM's burst rate
   int steady_forwards = 0;  // forwards run back to back before timing (Options::steady_ms)
+  // Over the steady forwards (PowerMeter; NaN when not read): the average draw, the SM clock,
+  // the energy of one forward; the power floor (PowerModel::floor_s) and the time over it.
+  PowerMeter::Reading power;
+  double joules_per_forward = std::nan("");
+  double power_floor_ms = std::nan(""), over_power_floor = std::nan("");
   bool checked = false;
   test::OutputCheck check;  // with --check: the outputs against the CPU reference
 };
@@ -212,7 +222,9 @@ TokenInputs token_inputs(const MoeConfig& c, std::int64_t tokens, bool balanced)
 // Forwards back to back for `steady_ms` (a synchronize every 16), so that the timed ones run at
 // the clock and power state that sustained work gets, as the GEMM ceiling's steady rate does.
 // `enqueue(n)` enqueues the n-th (from 0). Returns how many ran.
-int run_steady(CUstream stream, int steady_ms, const std::function<void(int)>& enqueue) {
+// With `power`, the meter's reading of the window from the first enqueue to the last forward's end.
+int run_steady(CUstream stream, int steady_ms, const std::function<void(int)>& enqueue,
+               const PowerMeter* meter = nullptr, PowerMeter::Reading* power = nullptr) {
   if (steady_ms <= 0) return 0;
   RT_MOE_CALL(cuStreamSynchronize, stream);
   const Clock::time_point start = Clock::now();
@@ -221,6 +233,8 @@ int run_steady(CUstream stream, int steady_ms, const std::function<void(int)>& e
     enqueue(n);
     if (++n % 16 == 0) RT_MOE_CALL(cuStreamSynchronize, stream);
   }
+  RT_MOE_CALL(cuStreamSynchronize, stream);
+  if (meter != nullptr && power != nullptr) *power = meter->between(start, Clock::now());
   return n;
 }
 
@@ -336,7 +350,8 @@ std::vector<std::vector<double>> time_in_turns(const std::vector<MoeRuntime*>& r
 
 TokenResult bench_tokens(MoeRuntime& moe, const test::HostWeights* weights, std::int64_t tokens,
                          const Options& options, const Ceiling& hbm, const Ceiling& gemm,
-                         L2Flush& flush, CUstream stream) {
+                         const PowerMeter* meter, const PowerModel& power, L2Flush& flush,
+                         CUstream stream) {
   const MoeConfig& c = moe.config();
   TokenResult r;
   r.tokens = tokens;
@@ -356,9 +371,12 @@ TokenResult bench_tokens(MoeRuntime& moe, const test::HostWeights* weights, std:
   for (int i = 1; i < options.warmup; ++i) {
     moe.forward(x_dev.as<const void>(), out_dev.as<void>(), tokens, stream);
   }
-  r.steady_forwards = run_steady(stream, options.steady_ms, [&](int) {
-    moe.forward(x_dev.as<const void>(), out_dev.as<void>(), tokens, stream);
-  });
+  const Clock::time_point steady_start = Clock::now();
+  r.steady_forwards = run_steady(
+      stream, options.steady_ms,
+      [&](int) { moe.forward(x_dev.as<const void>(), out_dev.as<void>(), tokens, stream); }, meter,
+      &r.power);
+  const double steady_s = seconds_since(steady_start);
 
   std::vector<std::uint16_t> replayed;  // with --check: the graph's output
   const TimedForwards timed = time_forwards(moe, x_dev, out_dev, tokens, options.iters, flush,
@@ -412,6 +430,13 @@ TokenResult bench_tokens(MoeRuntime& moe, const test::HostWeights* weights, std:
     r.burst_floor_ms = std::max(r.flops / gemm.burst, r.bytes / hbm.value) * 1e3;
     r.over_burst_floor = r.ms / r.burst_floor_ms;
   }
+  if (r.power.valid() && r.steady_forwards > 0) {
+    r.joules_per_forward = r.power.watts * steady_s / r.steady_forwards;
+  }
+  if (power.valid()) {
+    r.power_floor_ms = power.floor_s(r.flops, r.bytes) * 1e3;
+    r.over_power_floor = r.ms / r.power_floor_ms;
+  }
 
   if (weights != nullptr) {
     r.checked = true;
@@ -427,6 +452,9 @@ std::string check_cell(const TokenResult& r) {
   return fmt::format("{} {:.1e}{}", r.check.pass() ? "PASS" : "FAIL", r.check.comparison.rel_l2,
                      r.graph_identical ? "" : " (graph replay differs)");
 }
+
+// NaN (not measured) is written as null.
+json number(double v) { return std::isfinite(v) ? json(v) : json(nullptr); }
 
 json result_json(const TokenResult& r) {
   json j = {{"tokens", r.tokens},
@@ -454,6 +482,12 @@ json result_json(const TokenResult& r) {
             {"burst_floor_ms", r.burst_floor_ms},
             {"time_over_burst_floor", r.over_burst_floor},
             {"steady_forwards", r.steady_forwards}};
+  j["power"] = {{"watts", number(r.power.watts)},
+                {"sm_mhz", number(r.power.sm_mhz)},
+                {"counter_updates", r.power.updates},
+                {"joules_per_forward", number(r.joules_per_forward)},
+                {"power_floor_ms", number(r.power_floor_ms)},
+                {"time_over_power_floor", number(r.over_power_floor)}};
   if (r.checked) {
     j["check"] = {{"pass", r.check.pass()},
                   {"rel_l2", r.check.comparison.rel_l2},
@@ -516,8 +550,12 @@ int bench(const Options& options) {
               config.routing.describe().c_str());
   std::fflush(stdout);
 
+  // Sampling from now on, so the meter has seen the counter move before the first window.
+  std::unique_ptr<PowerMeter> meter;
+  if (options.power) meter = std::make_unique<PowerMeter>(device.pci_bus_id);
+
   // Ceilings first, while the device memory is free.
-  Ceiling hbm, gemm;
+  Ceiling hbm, gemm, hbm_steady;
   {
     KernelCache kernels(context, arch);
     hbm = measure_hbm_read(kernels, device, stream.get());
@@ -536,6 +574,22 @@ int bench(const Options& options) {
     }
   }
   gemm = measure_gemm_rate(config.dtype, stream.get());
+  // The power floor's three draws: the GEMM's steady windows (just run), a steady read, idle.
+  PowerModel power;
+  PowerMeter::Reading gemm_power, read_power, idle_power;
+  if (meter != nullptr && meter->available()) {
+    gemm_power = meter->between(gemm.steady_from, gemm.steady_to);
+    {
+      KernelCache kernels(context, arch);
+      hbm_steady = measure_hbm_read_steady(kernels, device, stream.get());
+    }
+    read_power = meter->between(hbm_steady.steady_from, hbm_steady.steady_to);
+    idle_power = meter->idle(std::chrono::milliseconds(300), std::chrono::milliseconds(700));
+    if (gemm.measured && gemm_power.valid() && read_power.valid() && idle_power.valid()) {
+      power = {idle_power.watts, meter->limit_w(), gemm_power.watts,
+               gemm.value,       read_power.watts, hbm_steady.value};
+    }
+  }
   std::printf("ceiling: HBM read %.0f GB/s (%s)\n", hbm.value / 1e9, hbm.note.c_str());
   for (const Ceiling::Variant& v : hbm.variants) {
     std::printf("diagnostic: HBM read of the ceiling's buffer, %s: %.0f GB/s\n", v.name.c_str(),
@@ -549,6 +603,30 @@ int bench(const Options& options) {
         "first window %.0f, last five %.0f TFLOP/s; the burst floor (t/burst) uses the burst "
         "rate\n",
         gemm.burst / 1e12, gemm.steady_first / 1e12, gemm.steady_last / 1e12);
+  }
+  const auto draw = [](const PowerMeter::Reading& r) {
+    return r.valid() ? fmt::format("{:.0f} W at {:.0f} MHz", r.watts, r.sm_mhz)
+                     : std::string("not read (fewer than 2 counter updates)");
+  };
+  if (meter == nullptr) {
+    std::printf("power: not measured (--no-power)\n");
+  } else if (!meter->available()) {
+    std::printf("power: not measured: %s\n", meter->why().c_str());
+  } else {
+    std::printf(
+        "power: limit %.0f W; idle %s; HBM read %s (%.0f GB/s, %s); dense GEMM %s (the steady "
+        "windows)\n",
+        meter->limit_w(), draw(idle_power).c_str(), draw(read_power).c_str(),
+        hbm_steady.value / 1e9, hbm_steady.note.c_str(), draw(gemm_power).c_str());
+    if (power.valid()) {
+      std::printf(
+          "power model: %.2f pJ a FLOP and %.1f pJ a byte read above idle; the power floor is "
+          "max((FLOPs x pJ/FLOP + bytes x pJ/B) / (%.0f - %.0f W), floor) (tools/power.h)\n",
+          power.joules_per_flop() * 1e12, power.joules_per_byte() * 1e12, power.limit_w,
+          power.idle_w);
+    } else {
+      std::printf("power model: not valid (a draw not read, or the GEMM rate not measured)\n");
+    }
   }
   std::fflush(stdout);
 
@@ -676,8 +754,9 @@ int bench(const Options& options) {
 
   std::vector<TokenResult> results;
   for (std::int64_t tokens : token_counts) {
-    results.push_back(
-        bench_tokens(moe, host_weights.get(), tokens, options, hbm, gemm, flush, stream.get()));
+    results.push_back(bench_tokens(moe, host_weights.get(), tokens, options, hbm, gemm,
+                                   meter != nullptr && meter->available() ? meter.get() : nullptr,
+                                   power, flush, stream.get()));
     const TokenResult& r = results.back();
     std::printf(
         "T=%lld: %s; experts hit %lld of %lld; first forward %.3f s; enqueue (host) %.3f ms, "
@@ -731,6 +810,22 @@ int bench(const Options& options) {
     }
   }
 
+  if (meter != nullptr && meter->available()) {
+    // Over each T's steady forwards (Options::steady_ms); a model's floor, not the issue's.
+    std::printf("\n%8s %8s %8s %11s %15s %17s\n", "T", "W", "SM MHz", "J/forward", "power floor ms",
+                "time/power floor");
+    for (const TokenResult& r : results) {
+      const auto cell = [](double v, const char* format) {
+        return std::isfinite(v) ? fmt::format(fmt::runtime(format), v) : std::string("-");
+      };
+      std::printf("%8lld %8s %8s %11s %15s %17s\n", (long long)r.tokens,
+                  cell(r.power.watts, "{:.0f}").c_str(), cell(r.power.sm_mhz, "{:.0f}").c_str(),
+                  cell(r.joules_per_forward, "{:.4f}").c_str(),
+                  cell(r.power_floor_ms, "{:.4f}").c_str(),
+                  cell(r.over_power_floor, "{:.2f}").c_str());
+    }
+  }
+
   if (!options.json_file.empty()) {
     json doc = {{"tool", "rt_moe_bench"},
                 {"git_commit", rt_moe_git_commit},
@@ -766,6 +861,24 @@ int bench(const Options& options) {
                   {"gemm_steady_last_flops_per_s", gemm.steady_last}}},
                 {"launch_us_t1", launch_us},
                 {"results", json::array()}};
+    const auto reading = [&](const PowerMeter::Reading& r) {
+      return json{
+          {"watts", number(r.watts)}, {"sm_mhz", number(r.sm_mhz)}, {"counter_updates", r.updates}};
+    };
+    if (meter == nullptr || !meter->available()) {
+      doc["power"] = {{"measured", false},
+                      {"why", meter == nullptr ? std::string("--no-power") : meter->why()}};
+    } else {
+      doc["power"] = {{"measured", true},
+                      {"limit_w", meter->limit_w()},
+                      {"idle", reading(idle_power)},
+                      {"hbm_read", reading(read_power)},
+                      {"hbm_read_steady_bytes_per_s", hbm_steady.value},
+                      {"gemm", reading(gemm_power)},
+                      {"model_valid", power.valid()},
+                      {"joules_per_flop", number(power.valid() ? power.joules_per_flop() : NAN)},
+                      {"joules_per_byte", number(power.valid() ? power.joules_per_byte() : NAN)}};
+    }
     if (options.compile_timing) {
       doc["compile"] = {{"bucket", compile.bucket},           {"kernels", compile.kernels},
                         {"cold_wall_s", compile.cold_wall_s}, {"cold_sum_s", compile.cold_sum_s},
@@ -864,6 +977,9 @@ int main(int argc, char** argv) {
   app.add_option("--tile", options.tile,
                  "Pin the grouped GEMM tile for every T, as the plan column prints it (e.g. "
                  "\"sm90ws 128x256x64 wg2 s4\"); a T whose bucket cannot use it fails");
+  app.add_flag("!--no-power", options.power,
+               "Skip reading the board's power (NVML), the steady HBM read and the idle draw "
+               "that the power floor needs");
   app.add_flag("--tune", options.tune,
                "Also tune each token count's bucket (or reuse the tuning store) on a runtime of "
                "its own, timed in turns with the main (heuristic) one, and print the tuned times");

@@ -157,6 +157,9 @@ DeviceInfo device_info(int ordinal) {
   info.l2_bytes = attribute(CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE);
   info.max_smem_optin = attribute(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN);
   RT_MOE_CALL(cuDriverGetVersion, &info.driver_version);
+  char bus_id[32] = {};
+  RT_MOE_CALL(cuDeviceGetPCIBusId, bus_id, int(sizeof(bus_id)), device);
+  info.pci_bus_id = bus_id;
   return info;
 }
 

@@ -35,7 +35,7 @@ namespace rt_moe::driver {
   X(cuEventSynchronize) X(cuEventElapsedTime) X(cuPointerGetAttribute)                            \
   X(cuOccupancyMaxActiveBlocksPerMultiprocessor) X(cuLaunchKernelEx) X(cuTensorMapEncodeTiled)    \
   X(cuCtxCreate) X(cuCtxDestroy) X(cuOccupancyMaxActiveClusters) X(cuProfilerStart)              \
-  X(cuProfilerStop)
+  X(cuProfilerStop) X(cuDeviceGetPCIBusId)
 // clang-format on
 
 struct Api {
@@ -68,6 +68,7 @@ struct DeviceInfo {
   int l2_bytes = 0;
   int max_smem_optin = 0;    // bytes of shared memory a block may opt in to
   int driver_version = 0;    // e.g. 13000
+  std::string pci_bus_id;    // "0000:3b:00.0": how NVML names the same device (tools/power.h)
   std::string arch() const;  // exact arch: "sm_90a" on Hopper (wgmma needs the 'a' target)
 };
 DeviceInfo device_info(int ordinal);

@@ -1,0 +1,112 @@
+// rt_moe_bench's power meter and power floor (tools/power.h) without a GPU: the model's floor
+// against hand-worked values, a window's average over a synthetic counter that updates less
+// often than it is polled, and a meter that cannot open its device saying why.
+#ifdef RT_MOE_TOOLS_DIR  // the power library is built with the tools
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <cmath>
+#include <vector>
+
+#include "power.h"
+
+namespace rt_moe::tools {
+namespace {
+
+using Clock = PowerMeter::Clock;
+using std::chrono::milliseconds;
+
+// Idle 100 W, limit 700 W; the GEMM 700 W at 600 TFLOP/s (1 pJ a FLOP above idle), the read
+// 400 W at 4 TB/s (75 pJ a byte).
+PowerModel example_model() { return {100, 700, 700, 600e12, 400, 4e12}; }
+
+TEST_CASE("power: the floor is the larger of the energy floor and the roofline", "[power]") {
+  const PowerModel m = example_model();
+  REQUIRE(m.valid());
+  CHECK(m.joules_per_flop() == Approx(1e-12));
+  CHECK(m.joules_per_byte() == Approx(75e-12));
+  // 6 TFLOP and 24 GB: roofline max(10 ms, 6 ms); energy (6 J + 1.8 J) / 600 W = 13 ms.
+  CHECK(m.energy_floor_s(6e12, 24e9) == Approx(13e-3));
+  CHECK(m.floor_s(6e12, 24e9) == Approx(13e-3));
+  // A read alone: its energy (0.3 J / 600 W = 0.5 ms) fits under the limit, the bandwidth does not.
+  CHECK(m.energy_floor_s(0, 4e9) == Approx(0.5e-3));
+  CHECK(m.floor_s(0, 4e9) == Approx(1e-3));
+  // A GEMM alone at the limit: its energy floor is its roofline.
+  CHECK(m.floor_s(6e12, 0) == Approx(10e-3));
+}
+
+TEST_CASE("power: a model with a draw not above idle, or no rate, is no model", "[power]") {
+  PowerModel m = example_model();
+  m.idle_w = 700;  // not below the limit (nor the GEMM's draw)
+  CHECK_FALSE(m.valid());
+  CHECK(std::isnan(m.floor_s(1e12, 1e9)));
+  m = example_model();
+  m.read_w = 90;  // below idle: a byte would cost negative energy
+  CHECK_FALSE(m.valid());
+  m = example_model();
+  m.gemm_flops_per_s = 0;
+  CHECK_FALSE(m.valid());
+  CHECK(std::isnan(m.energy_floor_s(1e12, 1e9)));
+  m = example_model();
+  m.read_w = std::nan("");
+  CHECK_FALSE(m.valid());
+}
+
+TEST_CASE("power: a window's average spans the counter's updates inside it", "[power]") {
+  // Polled every 2 ms, the counter moving every 10 ms by 5 J (500 W) and the SM clock 1500 MHz,
+  // then, from 200 ms on, by 7 J (700 W) at 1300 MHz.
+  const Clock::time_point t0 = Clock::now();
+  std::vector<PowerMeter::Sample> samples;
+  unsigned long long mj = 1000000;
+  for (int ms = 0; ms <= 400; ms += 2) {
+    if (ms > 0 && ms % 10 == 0) mj += ms <= 200 ? 5000 : 7000;
+    samples.push_back({t0 + milliseconds(ms), mj, ms <= 200 ? 1500u : 1300u});
+  }
+  const PowerMeter::Reading first =
+      PowerMeter::average(samples, t0 + milliseconds(15), t0 + milliseconds(185));
+  REQUIRE(first.valid());
+  // Updates at 20, 30, ..., 180 ms: 17, 160 ms apart, 16 x 5 J.
+  CHECK(first.updates == 17);
+  CHECK(first.seconds == Approx(0.160));
+  CHECK(first.watts == Approx(500));
+  CHECK(first.sm_mhz == Approx(1500));
+
+  const PowerMeter::Reading second =
+      PowerMeter::average(samples, t0 + milliseconds(205), t0 + milliseconds(400));
+  REQUIRE(second.valid());
+  CHECK(second.watts == Approx(700));
+  CHECK(second.sm_mhz == Approx(1300));
+
+  // Across the change: (5 x 5 J + 10 x 7 J) over 150 ms from 150 to 300 ms.
+  const PowerMeter::Reading both =
+      PowerMeter::average(samples, t0 + milliseconds(150), t0 + milliseconds(300));
+  CHECK(both.watts == Approx(95.0 / 0.150));
+
+  // One update in the window: no average (not a guess from a partial period).
+  const PowerMeter::Reading one =
+      PowerMeter::average(samples, t0 + milliseconds(21), t0 + milliseconds(31));
+  CHECK(one.updates == 1);
+  CHECK_FALSE(one.valid());
+  CHECK(std::isnan(one.watts));
+  // A window before every sample.
+  CHECK_FALSE(PowerMeter::average(samples, t0 - milliseconds(50), t0 - milliseconds(10)).valid());
+}
+
+TEST_CASE("power: a meter that cannot open its device says why and reads nothing", "[power]") {
+  // No NVML on a CPU-only machine; where there is one, no device sits at this bus id.
+  PowerMeter meter("ffff:ff:1f.7");
+  REQUIRE_FALSE(meter.available());
+  INFO(meter.why());
+  const bool named = meter.why().find("libnvidia-ml") != std::string::npos ||
+                     meter.why().find("ffff:ff:1f.7") != std::string::npos ||
+                     meter.why().find("nvmlInit") != std::string::npos;
+  CHECK(named);
+  const Clock::time_point now = Clock::now();
+  CHECK_FALSE(meter.between(now - milliseconds(10), now).valid());
+  CHECK_FALSE(meter.idle(milliseconds(0), milliseconds(1)).valid());
+}
+
+}  // namespace
+}  // namespace rt_moe::tools
+
+#endif  // RT_MOE_TOOLS_DIR
