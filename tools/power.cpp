@@ -95,25 +95,57 @@ PowerMeter::PowerMeter(const std::string& pci_bus_id, std::chrono::microseconds 
 }
 
 PowerMeter::~PowerMeter() {
-  stop_ = true;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stop_ = true;
+  }
+  wake_.notify_all();
   if (thread_.joinable()) thread_.join();
   delete nvml_;
+}
+
+PowerMeter::Active::Active(PowerMeter* meter) : meter_(meter) {
+  if (meter_ == nullptr) return;
+  {
+    std::lock_guard<std::mutex> lock(meter_->mutex_);
+    ++meter_->active_;
+  }
+  meter_->wake_.notify_all();
+}
+
+PowerMeter::Active::~Active() {
+  if (meter_ == nullptr) return;
+  std::lock_guard<std::mutex> lock(meter_->mutex_);
+  --meter_->active_;
 }
 
 void PowerMeter::run(std::chrono::microseconds poll) {
   // Readings are taken right after each window, so only the last minutes are kept.
   constexpr std::size_t kMaxSamples = std::size_t(1) << 20;
+  bool resumed = true;
+  std::unique_lock<std::mutex> lock(mutex_);
   while (!stop_) {
+    if (active_ == 0) {
+      wake_.wait(lock, [this] { return stop_ || active_ > 0; });
+      resumed = true;
+      continue;
+    }
+    lock.unlock();
     Sample s{Clock::now(), 0, 0};
-    if (nvml_->energy(nvml_->device, &s.millijoules) == 0) {
-      if (nvml_->clock(nvml_->device, Nvml::kClockSm, &s.sm_mhz) != 0) s.sm_mhz = 0;
-      std::lock_guard<std::mutex> lock(mutex_);
+    const bool read = nvml_->energy(nvml_->device, &s.millijoules) == 0;
+    if (read && nvml_->clock(nvml_->device, Nvml::kClockSm, &s.sm_mhz) != 0) s.sm_mhz = 0;
+    lock.lock();
+    if (read) {
+      s.resumed = resumed;
+      resumed = false;
       if (samples_.size() >= kMaxSamples) {
         samples_.erase(samples_.begin(), samples_.begin() + kMaxSamples / 2);
       }
       samples_.push_back(s);
     }
+    lock.unlock();
     std::this_thread::sleep_for(poll);
+    lock.lock();
   }
 }
 
@@ -132,7 +164,9 @@ PowerMeter::Reading PowerMeter::average(const std::vector<Sample>& samples, Cloc
       ++mhz_count;
     }
     // An update: the counter moved since the sample before (which may lie before the window).
-    if (it == samples.begin() || std::prev(it)->millijoules == it->millijoules) continue;
+    if (it == samples.begin() || it->resumed || std::prev(it)->millijoules == it->millijoules) {
+      continue;
+    }
     if (first_update == nullptr) first_update = &*it;
     last_update = &*it;
     ++r.updates;
@@ -154,8 +188,9 @@ PowerMeter::Reading PowerMeter::between(Clock::time_point from, Clock::time_poin
 }
 
 PowerMeter::Reading PowerMeter::idle(std::chrono::milliseconds settle,
-                                     std::chrono::milliseconds window) const {
+                                     std::chrono::milliseconds window) {
   if (!available()) return {};
+  const Active active(this);
   std::this_thread::sleep_for(settle);
   const Clock::time_point from = Clock::now();
   std::this_thread::sleep_for(window);

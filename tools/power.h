@@ -1,7 +1,8 @@
 // What the GPU draws while the benchmark runs, and the floor its power limit sets.
 //
 // PowerMeter reads the board's energy counter (NVML's nvmlDeviceGetTotalEnergyConsumption,
-// millijoules) and SM clock from a thread of its own, every ~2 ms, with libnvidia-ml loaded by
+// millijoules) and SM clock from a thread of its own, every ~2 ms while a PowerMeter::Active is
+// alive (so that no poll falls among the bench's timed forwards), with libnvidia-ml loaded by
 // dlopen (never linked: the bench must start on machines without it). A window of host time then
 // reads as average watts: the energy between the counter's first and last update inside the
 // window, over the time between them, so that the counter's update period (not documented; tens
@@ -19,9 +20,9 @@
 // is the larger of that and the roofline floor max(F / R, B / BW).
 #pragma once
 
-#include <atomic>
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -60,6 +61,18 @@ class PowerMeter {
   PowerMeter(const PowerMeter&) = delete;
   PowerMeter& operator=(const PowerMeter&) = delete;
 
+  // Sampling runs while at least one of these is alive; a window must lie inside one.
+  class Active {
+   public:
+    explicit Active(PowerMeter* meter);  // null: nothing
+    ~Active();
+    Active(const Active&) = delete;
+    Active& operator=(const Active&) = delete;
+
+   private:
+    PowerMeter* meter_;
+  };
+
   bool available() const { return why_.empty(); }
   const std::string& why() const { return why_; }
   double limit_w() const { return limit_w_; }  // the enforced power limit
@@ -76,12 +89,14 @@ class PowerMeter {
   Reading between(Clock::time_point from, Clock::time_point to) const;
 
   // Idle draw: sleeps `settle`, then reads the window of the next `window` of host time.
-  Reading idle(std::chrono::milliseconds settle, std::chrono::milliseconds window) const;
+  Reading idle(std::chrono::milliseconds settle, std::chrono::milliseconds window);
 
   struct Sample {
     Clock::time_point t;
     unsigned long long millijoules;
     unsigned sm_mhz;
+    // The first poll after sampling resumed: a change since the poll before is no update here.
+    bool resumed = false;
   };
   // The same average over samples given in time order (the sampler's, or a test's).
   static Reading average(const std::vector<Sample>& samples, Clock::time_point from,
@@ -95,8 +110,10 @@ class PowerMeter {
   double limit_w_ = 0;
   Nvml* nvml_ = nullptr;  // owned; only the sampler thread calls it after construction
   mutable std::mutex mutex_;
+  std::condition_variable wake_;
+  int active_ = 0;  // live Active objects
+  bool stop_ = false;
   std::vector<Sample> samples_;
-  std::atomic<bool> stop_{false};
   std::thread thread_;
 };
 

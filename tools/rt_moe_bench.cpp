@@ -224,9 +224,10 @@ TokenInputs token_inputs(const MoeConfig& c, std::int64_t tokens, bool balanced)
 // `enqueue(n)` enqueues the n-th (from 0). Returns how many ran.
 // With `power`, the meter's reading of the window from the first enqueue to the last forward's end.
 int run_steady(CUstream stream, int steady_ms, const std::function<void(int)>& enqueue,
-               const PowerMeter* meter = nullptr, PowerMeter::Reading* power = nullptr) {
+               PowerMeter* meter = nullptr, PowerMeter::Reading* power = nullptr) {
   if (steady_ms <= 0) return 0;
   RT_MOE_CALL(cuStreamSynchronize, stream);
+  const PowerMeter::Active sampling(power != nullptr ? meter : nullptr);
   const Clock::time_point start = Clock::now();
   int n = 0;
   while (seconds_since(start) * 1e3 < steady_ms) {
@@ -350,7 +351,7 @@ std::vector<std::vector<double>> time_in_turns(const std::vector<MoeRuntime*>& r
 
 TokenResult bench_tokens(MoeRuntime& moe, const test::HostWeights* weights, std::int64_t tokens,
                          const Options& options, const Ceiling& hbm, const Ceiling& gemm,
-                         const PowerMeter* meter, const PowerModel& power, L2Flush& flush,
+                         PowerMeter* meter, const PowerModel& power, L2Flush& flush,
                          CUstream stream) {
   const MoeConfig& c = moe.config();
   TokenResult r;
@@ -573,7 +574,11 @@ int bench(const Options& options) {
       std::printf("\n");
     }
   }
-  gemm = measure_gemm_rate(config.dtype, stream.get());
+  {
+    const PowerMeter::Active sampling(meter != nullptr && meter->available() ? meter.get()
+                                                                             : nullptr);
+    gemm = measure_gemm_rate(config.dtype, stream.get());
+  }
   // The power floor's three draws: the GEMM's steady windows (just run), a steady read, idle.
   PowerModel power;
   PowerMeter::Reading gemm_power, read_power, idle_power;
@@ -581,6 +586,7 @@ int bench(const Options& options) {
     gemm_power = meter->between(gemm.steady_from, gemm.steady_to);
     {
       KernelCache kernels(context, arch);
+      const PowerMeter::Active sampling(meter.get());
       hbm_steady = measure_hbm_read_steady(kernels, device, stream.get());
     }
     read_power = meter->between(hbm_steady.steady_from, hbm_steady.steady_to);

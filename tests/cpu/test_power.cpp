@@ -3,6 +3,7 @@
 // often than it is polled, and a meter that cannot open its device saying why.
 #ifdef RT_MOE_TOOLS_DIR  // the power library is built with the tools
 
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cmath>
@@ -88,6 +89,22 @@ TEST_CASE("power: a window's average spans the counter's updates inside it", "[p
   CHECK(one.updates == 1);
   CHECK_FALSE(one.valid());
   CHECK(std::isnan(one.watts));
+  // Sampling paused from 300 to 360 ms: the first poll after it shows the counter moved, but not
+  // when, so it is no update; the window's average starts at the next one.
+  std::vector<PowerMeter::Sample> gap;
+  for (const PowerMeter::Sample& x : samples) {
+    if (x.t <= t0 + milliseconds(300) || x.t >= t0 + milliseconds(360)) gap.push_back(x);
+  }
+  gap[std::size_t(std::find_if(gap.begin(), gap.end(),
+                               [&](const auto& x) { return x.t >= t0 + milliseconds(360); }) -
+                  gap.begin())]
+      .resumed = true;
+  const PowerMeter::Reading after =
+      PowerMeter::average(gap, t0 + milliseconds(355), t0 + milliseconds(400));
+  CHECK(after.updates == 4);  // 370, 380, 390, 400 ms (360's poll resumed)
+  CHECK(after.seconds == Approx(0.030));
+  CHECK(after.watts == Approx(700));
+
   // A window before every sample.
   CHECK_FALSE(PowerMeter::average(samples, t0 - milliseconds(50), t0 - milliseconds(10)).valid());
 }
@@ -95,6 +112,7 @@ TEST_CASE("power: a window's average spans the counter's updates inside it", "[p
 TEST_CASE("power: a meter that cannot open its device says why and reads nothing", "[power]") {
   // No NVML on a CPU-only machine; where there is one, no device sits at this bus id.
   PowerMeter meter("ffff:ff:1f.7");
+  const PowerMeter::Active sampling(&meter);  // nothing to sample: no thread runs
   REQUIRE_FALSE(meter.available());
   INFO(meter.why());
   const bool named = meter.why().find("libnvidia-ml") != std::string::npos ||
