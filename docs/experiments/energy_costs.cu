@@ -1,0 +1,153 @@
+// What a byte costs the H200's power budget by where it comes from (docs/PERF.md 36d): the
+// board's draw, by NVML's energy counter (tools/power.h), while the SMs read
+//   dram:    a 4 GiB buffer, each byte once (the HBM read ceiling's pattern): DRAM, the fabric
+//            between the two L2 partitions for half the lines (PERF.md 14b), L2 to SM;
+//   l2:      one 16 MiB buffer, every block all of it from its own start, again and again: L2
+//            hits served from the reader's own partition once warm (14b's "shared": 0.2% of the
+//            fabric busy), L2 to SM only;
+//   private: each block its own 128 KiB slice again and again (L2 hits, few crossings).
+// each back to back for ~1.5 s, and idle. Above idle, a byte of each costs (P - P0) / rate. With
+// rt_moe_bench's power table (joules a forward, PERF.md 36a) and ncu's bytes per forward
+// (scripts/profile: DRAM and L2 bytes), the forward's energy splits into FLOPs, DRAM bytes and L2
+// bytes: whether the token rows' L2 re-reads (each row block's rows read by every column block)
+// are worth cutting at the power limit.
+// Build here (nvcc 13; tools/power.cpp for NVML, fmt header-only), run on the GPU host:
+//   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -DFMT_HEADER_ONLY -Itools \
+//        -Xcompiler -Wno-stringop-overflow \
+//        -o energy_costs docs/experiments/energy_costs.cu tools/power.cpp
+#include <cuda_runtime.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <thread>
+#include <vector>
+
+#include "cuda_check.h"
+#include "power.h"
+#include "read_sink.h"
+
+using rt_moe::tools::PowerMeter;
+
+__global__ void dram_read(const int4* p, size_t n, int4* out) {
+  int4 acc{0, 0, 0, 0};
+  const size_t stride = (size_t)gridDim.x * blockDim.x;
+  size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+  for (; i + 3 * stride < n; i += 4 * stride) {
+    const int4 v0 = __ldcg(p + i), v1 = __ldcg(p + i + stride), v2 = __ldcg(p + i + 2 * stride),
+               v3 = __ldcg(p + i + 3 * stride);
+    fold(acc, v0);
+    fold(acc, v1);
+    fold(acc, v2);
+    fold(acc, v3);
+  }
+  for (; i < n; i += stride) fold(acc, __ldcg(p + i));
+  sink(acc, out);
+}
+
+__global__ void l2_read(const int4* p, size_t n, int reps, int4* out) {
+  int4 acc{0, 0, 0, 0};
+  const size_t start = (size_t)blockIdx.x * (n / gridDim.x);
+  for (int r = 0; r < reps; ++r)
+    for (size_t i = threadIdx.x; i < n; i += blockDim.x)
+      fold(acc, __ldcg(p + ((start + i) & (n - 1))));  // n: a power of two
+  sink(acc, out);
+}
+
+__global__ void private_read(const int4* p, size_t n_per, int reps, int4* out) {
+  int4 acc{0, 0, 0, 0};
+  const int4* mine = p + blockIdx.x * n_per;
+  for (int r = 0; r < reps; ++r)
+    for (size_t i = threadIdx.x; i < n_per; i += blockDim.x) fold(acc, __ldcg(mine + i));
+  sink(acc, out);
+}
+
+struct Run {
+  double watts, mhz, bytes_per_s;
+  int updates;
+};
+
+// `launch` (one kernel reading `bytes`) back to back for `seconds`, synchronized every 16: the
+// draw over the second half, the rate by events over the same launches.
+template <typename Launch>
+Run steady(PowerMeter& meter, double seconds, double bytes, Launch launch) {
+  using Clock = PowerMeter::Clock;
+  const PowerMeter::Active sampling(&meter);
+  for (int i = 0; i < 3; ++i) launch();
+  CHECK(cudaDeviceSynchronize());
+  const Clock::time_point start = Clock::now();
+  Clock::time_point from{};
+  cudaEvent_t a, b;
+  CHECK(cudaEventCreate(&a));
+  CHECK(cudaEventCreate(&b));
+  long long launches = 0;
+  bool second_half = false;
+  while (std::chrono::duration<double>(Clock::now() - start).count() < seconds) {
+    if (!second_half &&
+        std::chrono::duration<double>(Clock::now() - start).count() > seconds / 2) {
+      second_half = true;
+      from = Clock::now();
+      CHECK(cudaEventRecord(a));
+    }
+    for (int i = 0; i < 16; ++i) launch();
+    if (second_half) launches += 16;
+    CHECK(cudaDeviceSynchronize());
+  }
+  CHECK(cudaEventRecord(b));
+  CHECK(cudaEventSynchronize(b));
+  CHECK(cudaGetLastError());
+  const PowerMeter::Reading r = meter.between(from, Clock::now());
+  float ms = 0;
+  CHECK(cudaEventElapsedTime(&ms, a, b));
+  CHECK(cudaEventDestroy(a));
+  CHECK(cudaEventDestroy(b));
+  return {r.watts, r.sm_mhz, launches * bytes / (ms * 1e-3), r.updates};
+}
+
+int main() {
+  cudaDeviceProp prop;
+  CHECK(cudaGetDeviceProperties(&prop, 0));
+  char bus_id[32] = {};
+  CHECK(cudaDeviceGetPCIBusId(bus_id, sizeof(bus_id), 0));
+  PowerMeter meter(bus_id);
+  if (!meter.available()) {
+    std::fprintf(stderr, "energy_costs: no power meter: %s\n", meter.why().c_str());
+    return 1;
+  }
+  const int sms = prop.multiProcessorCount;
+  const size_t big = 4ull << 30, l2_bytes = 16ull << 20, slice = 128ull << 10;
+  int4 *buf, *out;
+  CHECK(cudaMalloc(&buf, big));
+  CHECK(cudaMalloc(&out, 1024 * sizeof(int4)));
+  CHECK(cudaMemset(buf, 0x5a, big));
+  CHECK(cudaDeviceSynchronize());
+  std::printf("%s, %d SMs, power limit %.0f W; each pattern ~1.5 s back to back, the draw of the "
+              "second half\n",
+              prop.name, sms, meter.limit_w());
+
+  const PowerMeter::Reading idle = meter.idle(std::chrono::milliseconds(500),
+                                              std::chrono::milliseconds(1000));
+  std::printf("%-8s %7.0f W %6.0f MHz (%d counter updates)\n", "idle", idle.watts, idle.sm_mhz,
+              idle.updates);
+  const auto report = [&](const char* name, const Run& r) {
+    std::printf("%-8s %7.0f W %6.0f MHz %9.0f GB/s the SMs read  %6.1f pJ a byte above idle "
+                "(%d updates)\n",
+                name, r.watts, r.mhz, r.bytes_per_s / 1e9,
+                (r.watts - idle.watts) / r.bytes_per_s * 1e12, r.updates);
+  };
+  const int reps = 16;
+  report("dram", steady(meter, 1.5, double(big), [&] {
+           dram_read<<<sms * 4, 512>>>(buf, big / 16, out);
+         }));
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  report("l2", steady(meter, 1.5, double(l2_bytes) * sms * reps, [&] {
+           l2_read<<<sms, 1024>>>(buf, l2_bytes / 16, reps, out);
+         }));
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  report("private", steady(meter, 1.5, double(slice) * sms * reps * 8, [&] {
+           private_read<<<sms, 1024>>>(buf, slice / 16, reps * 8, out);
+         }));
+  CHECK(cudaFree(buf));
+  CHECK(cudaFree(out));
+  return 0;
+}
