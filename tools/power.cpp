@@ -48,12 +48,12 @@ struct PowerMeter::Nvml {
   }
 
   // Empty on success, else why the meter cannot run.
-  std::string open(const std::string& bus_id) {
+  std::string open(const std::string& library, const std::string& bus_id) {
     // Never closed: the driver's library may be in use by others in the process.
-    void* lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+    void* lib = dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);
     if (lib == nullptr) {
       const char* error = dlerror();
-      return fmt::format("cannot load libnvidia-ml.so.1: {}", error ? error : "unknown error");
+      return fmt::format("cannot load {}: {}", library, error ? error : "unknown error");
     }
     const auto resolve = [&](auto& fn, const char* name) {
       fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(lib, name));
@@ -65,8 +65,10 @@ struct PowerMeter::Nvml {
         !resolve(energy, "nvmlDeviceGetTotalEnergyConsumption") ||
         !resolve(power_limit, "nvmlDeviceGetEnforcedPowerLimit") ||
         !resolve(clock, "nvmlDeviceGetClockInfo")) {
-      return "libnvidia-ml.so.1 lacks an entry point the meter needs (nvmlInit_v2, "
-             "nvmlDeviceGetTotalEnergyConsumption, ...)";
+      return fmt::format(
+          "{} lacks an entry point the meter needs (nvmlInit_v2, "
+          "nvmlDeviceGetTotalEnergyConsumption, ...)",
+          library);
     }
     if (int s = init(); s != 0) return fmt::format("nvmlInit_v2 failed: {}", text(s));
     initialized = true;
@@ -85,9 +87,10 @@ struct PowerMeter::Nvml {
   }
 };
 
-PowerMeter::PowerMeter(const std::string& pci_bus_id, std::chrono::microseconds poll) {
+PowerMeter::PowerMeter(const std::string& pci_bus_id, std::chrono::microseconds poll,
+                       const std::string& library) {
   nvml_ = new Nvml;
-  why_ = nvml_->open(pci_bus_id);
+  why_ = nvml_->open(library, pci_bus_id);
   if (!why_.empty()) return;
   unsigned mw = 0;
   if (nvml_->power_limit(nvml_->device, &mw) == 0) limit_w_ = mw * 1e-3;

@@ -53,10 +53,12 @@ class PowerMeter {
  public:
   using Clock = std::chrono::steady_clock;
 
-  // A meter of the GPU at `pci_bus_id` (driver::DeviceInfo::pci_bus_id), sampled every `poll`.
-  // Never throws for a missing NVML or device: available() is then false and why() says why.
+  // A meter of the GPU at `pci_bus_id` (driver::DeviceInfo::pci_bus_id), sampled every `poll`,
+  // through the NVML of `library` (another only in tests: tests/helpers/fake_nvml.cpp). Never
+  // throws for a missing NVML or device: available() is then false and why() says why.
   explicit PowerMeter(const std::string& pci_bus_id,
-                      std::chrono::microseconds poll = std::chrono::microseconds(2000));
+                      std::chrono::microseconds poll = std::chrono::microseconds(2000),
+                      const std::string& library = "libnvidia-ml.so.1");
   ~PowerMeter();
   PowerMeter(const PowerMeter&) = delete;
   PowerMeter& operator=(const PowerMeter&) = delete;

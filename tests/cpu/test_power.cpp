@@ -7,6 +7,8 @@
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cmath>
+#include <string>
+#include <thread>
 #include <vector>
 
 #include "power.h"
@@ -122,6 +124,42 @@ TEST_CASE("power: a meter that cannot open its device says why and reads nothing
   const Clock::time_point now = Clock::now();
   CHECK_FALSE(meter.between(now - milliseconds(10), now).valid());
   CHECK_FALSE(meter.idle(milliseconds(0), milliseconds(1)).valid());
+}
+
+TEST_CASE("power: a meter over an NVML samples inside its windows only", "[power]") {
+  // tests/helpers/fake_nvml.cpp: 500 W in steps of 5 J every 10 ms, 1234 MHz, a 700 W limit.
+  PowerMeter meter("0000:fa:00.0", std::chrono::microseconds(2000), RT_MOE_FAKE_NVML);
+  INFO(meter.why());
+  REQUIRE(meter.available());
+  CHECK(meter.limit_w() == Approx(700));
+
+  const Clock::time_point before = Clock::now();
+  std::this_thread::sleep_for(milliseconds(100));
+  // No Active: nothing sampled, nothing read.
+  CHECK_FALSE(meter.between(before, Clock::now()).valid());
+
+  Clock::time_point from, to;
+  {
+    const PowerMeter::Active sampling(&meter);
+    from = Clock::now();
+    std::this_thread::sleep_for(milliseconds(300));
+    to = Clock::now();
+  }
+  const PowerMeter::Reading r = meter.between(from, to);
+  REQUIRE(r.valid());
+  CHECK(r.updates >= 20);  // ~30 steps, less any a slow poll merged
+  CHECK(r.seconds > 0.2);
+  CHECK(r.watts == Approx(500).epsilon(0.1));  // the poll's lag at either end: <= ~2 ms of 200+
+  CHECK(r.sm_mhz == Approx(1234));
+
+  const PowerMeter::Reading idle = meter.idle(milliseconds(20), milliseconds(200));
+  REQUIRE(idle.valid());
+  CHECK(idle.watts == Approx(500).epsilon(0.1));
+
+  PowerMeter elsewhere("0000:fb:00.0", std::chrono::microseconds(2000), RT_MOE_FAKE_NVML);
+  REQUIRE_FALSE(elsewhere.available());
+  CHECK(elsewhere.why().find("0000:fb:00.0") != std::string::npos);
+  CHECK(elsewhere.why().find("Not Found") != std::string::npos);
 }
 
 }  // namespace
