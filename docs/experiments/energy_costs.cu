@@ -45,23 +45,6 @@ __global__ void dram_read(const int4* p, size_t n, int4* out) {
   sink(acc, out);
 }
 
-__global__ void l2_read(const int4* p, size_t n, int reps, int4* out) {
-  int4 acc{0, 0, 0, 0};
-  const size_t start = (size_t)blockIdx.x * (n / gridDim.x);
-  for (int r = 0; r < reps; ++r)
-    for (size_t i = threadIdx.x; i < n; i += blockDim.x)
-      fold(acc, __ldcg(p + ((start + i) & (n - 1))));  // n: a power of two
-  sink(acc, out);
-}
-
-__global__ void private_read(const int4* p, size_t n_per, int reps, int4* out) {
-  int4 acc{0, 0, 0, 0};
-  const int4* mine = p + blockIdx.x * n_per;
-  for (int r = 0; r < reps; ++r)
-    for (size_t i = threadIdx.x; i < n_per; i += blockDim.x) fold(acc, __ldcg(mine + i));
-  sink(acc, out);
-}
-
 struct Run {
   double watts, mhz, bytes_per_s;
   int updates;
@@ -141,7 +124,7 @@ int main() {
          }));
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
   report("l2", steady(meter, 1.5, double(l2_bytes) * sms * reps, [&] {
-           l2_read<<<sms, 1024>>>(buf, l2_bytes / 16, reps, out);
+           shared_read<<<sms, 1024>>>(buf, l2_bytes / 16, reps, out);
          }));
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
   report("private", steady(meter, 1.5, double(slice) * sms * reps * 8, [&] {

@@ -21,23 +21,6 @@ __global__ void stream_read(const int4* p, size_t n, int4* out) {
   sink(acc, out);
 }
 
-__global__ void shared_read(const int4* p, size_t n, int reps, int4* out) {
-  int4 acc{0, 0, 0, 0};
-  const size_t start = (size_t)blockIdx.x * (n / gridDim.x);
-  for (int r = 0; r < reps; ++r)
-    for (size_t i = threadIdx.x; i < n; i += blockDim.x)
-      fold(acc, __ldcg(p + ((start + i) & (n - 1))));  // n: a power of two
-  sink(acc, out);
-}
-
-__global__ void private_read(const int4* p, size_t n_per, int reps, int4* out) {
-  int4 acc{0, 0, 0, 0};
-  const int4* mine = p + blockIdx.x * n_per;
-  for (int r = 0; r < reps; ++r)
-    for (size_t i = threadIdx.x; i < n_per; i += blockDim.x) fold(acc, __ldcg(mine + i));
-  sink(acc, out);
-}
-
 int main() {
   cudaDeviceProp prop;
   CHECK(cudaGetDeviceProperties(&prop, 0));

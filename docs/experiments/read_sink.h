@@ -1,5 +1,7 @@
-// Device helpers of the read microbenchmarks (l2_fabric.cu, dram_stripes.cu): fold what a thread
-// reads into one value, and a store that never happens in practice but keeps the loads alive.
+// Device helpers of the read microbenchmarks (l2_fabric.cu, dram_stripes.cu, energy_costs.cu):
+// fold what a thread reads into one value, and a store that never happens in practice but keeps
+// the loads alive; and the two L2-resident read patterns that l2_fabric.cu and energy_costs.cu
+// share.
 #pragma once
 
 __device__ __forceinline__ void fold(int4& acc, int4 v) {
@@ -10,4 +12,24 @@ __device__ __forceinline__ void fold(int4& acc, int4 v) {
 }
 __device__ __forceinline__ void sink(int4 acc, int4* out) {
   if ((acc.x ^ acc.y ^ acc.z ^ acc.w) == 0x7fffffff) out[threadIdx.x] = acc;  // never, in practice
+}
+
+// Every block reads all of one buffer of `n` 16-byte elements (a power of two), each from its own
+// start, `reps` times: L2 hits once warm, served from each reader's own L2 partition.
+__global__ void shared_read(const int4* p, size_t n, int reps, int4* out) {
+  int4 acc{0, 0, 0, 0};
+  const size_t start = (size_t)blockIdx.x * (n / gridDim.x);
+  for (int r = 0; r < reps; ++r)
+    for (size_t i = threadIdx.x; i < n; i += blockDim.x)
+      fold(acc, __ldcg(p + ((start + i) & (n - 1))));
+  sink(acc, out);
+}
+
+// Every block reads its own slice of `n_per` 16-byte elements, `reps` times.
+__global__ void private_read(const int4* p, size_t n_per, int reps, int4* out) {
+  int4 acc{0, 0, 0, 0};
+  const int4* mine = p + blockIdx.x * n_per;
+  for (int r = 0; r < reps; ++r)
+    for (size_t i = threadIdx.x; i < n_per; i += blockDim.x) fold(acc, __ldcg(mine + i));
+  sink(acc, out);
 }
