@@ -89,7 +89,7 @@ struct PowerMeter::Nvml {
 
 PowerMeter::PowerMeter(const std::string& pci_bus_id, std::chrono::microseconds poll,
                        const std::string& library) {
-  nvml_ = new Nvml;
+  nvml_ = std::make_unique<Nvml>();
   why_ = nvml_->open(library, pci_bus_id);
   if (!why_.empty()) return;
   unsigned mw = 0;
@@ -104,7 +104,6 @@ PowerMeter::~PowerMeter() {
   }
   wake_.notify_all();
   if (thread_.joinable()) thread_.join();
-  delete nvml_;
 }
 
 PowerMeter::Active::Active(PowerMeter* meter) : meter_(meter) {

@@ -23,6 +23,7 @@
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -110,7 +111,7 @@ class PowerMeter {
   struct Nvml;
   std::string why_;
   double limit_w_ = 0;
-  Nvml* nvml_ = nullptr;  // owned; only the sampler thread calls it after construction
+  std::unique_ptr<Nvml> nvml_;  // only the sampler thread calls it after construction
   mutable std::mutex mutex_;
   std::condition_variable wake_;
   int active_ = 0;  // live Active objects
