@@ -43,6 +43,24 @@ unsigned read_blocks(const Kernel& kernel, const driver::DeviceInfo& device) {
   return unsigned(std::max(1, blocks_per_sm) * device.sm_count);
 }
 
+// The read kernels' buffer: `short_bytes` (> 0) or kReadBytes, at most half the free memory;
+// throws when the ceiling's (short_bytes = 0) would be under kMinReadBytes.
+driver::DeviceBuffer read_buffer(std::size_t short_bytes, CUstream stream) {
+  std::size_t free_bytes = 0, total_bytes = 0;
+  RT_MOE_CALL(cuMemGetInfo, &free_bytes, &total_bytes);
+  const std::size_t bytes = short_bytes > 0 ? std::min(short_bytes, free_bytes / 2) / 16 * 16
+                                            : std::min(kReadBytes, free_bytes / 2 / 16 * 16);
+  if (short_bytes == 0 && bytes < kMinReadBytes) {
+    throw Error(ErrorCode::kUnsupported,
+                fmt::format("HBM read ceiling: {:.1f} GiB free, need {} GiB for the read buffer",
+                            free_bytes / double(1 << 30), 2 * (kMinReadBytes >> 30)));
+  }
+  driver::DeviceBuffer data(bytes);
+  // Not zeros: the bytes read should look like data (bf16 1.0 / fp16 ~1.9 pairs).
+  RT_MOE_CALL(cuMemsetD32Async, data.get(), 0x3f803f80u, bytes / 4, stream);
+  return data;
+}
+
 // Times `body` (enqueued on `stream`) between two events, `iters` times after kWarmup untimed
 // runs; returns the median in milliseconds.
 template <typename Body>
@@ -53,9 +71,18 @@ double time_median_ms(CUstream stream, int iters, Body body) {
 
 // Windows of work (each enqueued by `window`, timed with events and synchronized) one after the
 // other for `seconds`, at least four: each window's milliseconds and the host times around it.
+// The steady values come from the second half's windows.
 struct SteadyWindows {
   std::vector<double> ms;
   std::vector<std::chrono::steady_clock::time_point> starts, ends;
+
+  std::size_t half() const { return ms.size() / 2; }
+  double second_half_median_ms() const { return median({ms.begin() + half(), ms.end()}); }
+  // The host times of the second half (Ceiling::steady_from, steady_to).
+  void stamp(Ceiling& c) const {
+    c.steady_from = starts[half()];
+    c.steady_to = ends.back();
+  }
 };
 
 SteadyWindows run_windows(CUstream stream, double seconds, const std::function<void()>& window) {
@@ -137,18 +164,8 @@ double median(std::vector<double> values) {
 
 Ceiling measure_hbm_read(KernelCache& kernels, const driver::DeviceInfo& device, CUstream stream,
                          int iters, std::size_t short_bytes) {
-  std::size_t free_bytes = 0, total_bytes = 0;
-  RT_MOE_CALL(cuMemGetInfo, &free_bytes, &total_bytes);
-  const std::size_t bytes = short_bytes > 0 ? std::min(short_bytes, free_bytes / 2) / 16 * 16
-                                            : std::min(kReadBytes, free_bytes / 2 / 16 * 16);
-  if (short_bytes == 0 && bytes < kMinReadBytes) {
-    throw Error(ErrorCode::kUnsupported,
-                fmt::format("HBM read ceiling: {:.1f} GiB free, need {} GiB for the read buffer",
-                            free_bytes / double(1 << 30), 2 * (kMinReadBytes >> 30)));
-  }
-  driver::DeviceBuffer data(bytes);
-  // Not zeros: the bytes read should look like data (bf16 1.0 / fp16 ~1.9 pairs).
-  RT_MOE_CALL(cuMemsetD32Async, data.get(), 0x3f803f80u, bytes / 4, stream);
+  const driver::DeviceBuffer data = read_buffer(short_bytes, stream);
+  const std::size_t bytes = data.bytes();
   // Plain and evict-first loads (as the decode GEMMs' weights load), 4 and 8 in flight a thread:
   // the fastest.
   Ceiling c;
@@ -177,11 +194,8 @@ Ceiling measure_hbm_read(KernelCache& kernels, const driver::DeviceInfo& device,
 
 Ceiling measure_hbm_read_steady(KernelCache& kernels, const driver::DeviceInfo& device,
                                 CUstream stream, double seconds) {
-  std::size_t free_bytes = 0, total_bytes = 0;
-  RT_MOE_CALL(cuMemGetInfo, &free_bytes, &total_bytes);
-  const std::size_t bytes = std::min(kReadBytes, free_bytes / 2 / 16 * 16);
-  driver::DeviceBuffer data(bytes);
-  RT_MOE_CALL(cuMemsetD32Async, data.get(), 0x3f803f80u, bytes / 4, stream);
+  const driver::DeviceBuffer data = read_buffer(0, stream);
+  const std::size_t bytes = data.bytes();
   const Kernel& kernel = kernels.get(read_spec(false));
   const unsigned blocks = read_blocks(kernel, device);
   driver::DeviceBuffer block_sums(blocks * sizeof(unsigned));
@@ -192,18 +206,17 @@ Ceiling measure_hbm_read_steady(KernelCache& kernels, const driver::DeviceInfo& 
   const SteadyWindows steady = run_windows(stream, seconds, [&] {
     for (int i = 0; i < kWindow; ++i) launch(kernel, {blocks}, params, stream);
   });
-  const std::size_t half = steady.ms.size() / 2;
   Ceiling c;
-  c.value = kWindow * double(bytes) / (median({steady.ms.begin() + half, steady.ms.end()}) * 1e-3);
+  c.value = kWindow * double(bytes) / (steady.second_half_median_ms() * 1e-3);
   c.measured = true;
   c.steady_s = seconds;
   c.window_count = kWindow;
-  c.steady_from = steady.starts[half];
-  c.steady_to = steady.ends.back();
+  steady.stamp(c);
   c.note = fmt::format(
       "read of {:.1f} GiB, plain loads, 4 in flight a thread, median of the last {} of {} "
       "windows of {} reads back to back over {:.1f} s",
-      bytes / double(1 << 30), steady.ms.size() - half, steady.ms.size(), kWindow, seconds);
+      bytes / double(1 << 30), steady.ms.size() - steady.half(), steady.ms.size(), kWindow,
+      seconds);
   return c;
 }
 
@@ -259,17 +272,16 @@ Ceiling measure_gemm_rate(DType dtype, CUstream stream, int iters, double steady
   }
   const double flops = 2.0 * kGemmSize * double(kGemmSize) * kGemmSize;  // one product
   auto rate = [&](double window) { return kWindow * flops / (window * 1e-3); };
-  const std::size_t half = window_ms.size() / 2, last = std::min<std::size_t>(5, half);
+  const std::size_t half = steady.half(), last = std::min<std::size_t>(5, half);
   Ceiling ceiling;
   ceiling.burst = flops / (ms * 1e-3);
-  ceiling.value = rate(median({window_ms.begin() + half, window_ms.end()}));
+  ceiling.value = rate(steady.second_half_median_ms());
   ceiling.measured = true;
   ceiling.steady_s = steady_s;
   ceiling.window_count = kWindow;
   ceiling.steady_first = rate(window_ms.front());
   ceiling.steady_last = rate(median({window_ms.end() - last, window_ms.end()}));
-  ceiling.steady_from = steady.starts[half];
-  ceiling.steady_to = steady.ends.back();
+  steady.stamp(ceiling);
   ceiling.note = fmt::format(
       "cublasGemmEx {}^3 {} (fp32 accumulate) from {}, steady: median of the last {} of {} "
       "windows of {} products back to back over {:.1f} s",

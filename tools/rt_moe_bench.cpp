@@ -221,22 +221,29 @@ TokenInputs token_inputs(const MoeConfig& c, std::int64_t tokens, bool balanced)
 
 // Forwards back to back for `steady_ms` (a synchronize every 16), so that the timed ones run at
 // the clock and power state that sustained work gets, as the GEMM ceiling's steady rate does.
-// `enqueue(n)` enqueues the n-th (from 0). Returns how many ran.
-// With `power`, the meter's reading of the window from the first enqueue to the last forward's end.
-int run_steady(CUstream stream, int steady_ms, const std::function<void(int)>& enqueue,
-               PowerMeter* meter = nullptr, PowerMeter::Reading* power = nullptr) {
-  if (steady_ms <= 0) return 0;
+// `enqueue(n)` enqueues the n-th (from 0). With `meter`, its reading of the window from the first
+// enqueue to the last forward's end.
+struct SteadyRun {
+  int forwards = 0;
+  double seconds = 0;
+  PowerMeter::Reading power;
+};
+
+SteadyRun run_steady(CUstream stream, int steady_ms, const std::function<void(int)>& enqueue,
+                     PowerMeter* meter = nullptr) {
+  SteadyRun run;
+  if (steady_ms <= 0) return run;
+  const PowerMeter::Active sampling(meter);
   RT_MOE_CALL(cuStreamSynchronize, stream);
-  const PowerMeter::Active sampling(power != nullptr ? meter : nullptr);
   const Clock::time_point start = Clock::now();
-  int n = 0;
   while (seconds_since(start) * 1e3 < steady_ms) {
-    enqueue(n);
-    if (++n % 16 == 0) RT_MOE_CALL(cuStreamSynchronize, stream);
+    enqueue(run.forwards);
+    if (++run.forwards % 16 == 0) RT_MOE_CALL(cuStreamSynchronize, stream);
   }
   RT_MOE_CALL(cuStreamSynchronize, stream);
-  if (meter != nullptr && power != nullptr) *power = meter->between(start, Clock::now());
-  return n;
+  run.seconds = seconds_since(start);
+  if (meter != nullptr) run.power = meter->between(start, Clock::now());
+  return run;
 }
 
 // The timed forwards: `iters` stream forwards (forward()'s launches) and as many replays of the
@@ -372,12 +379,11 @@ TokenResult bench_tokens(MoeRuntime& moe, const test::HostWeights* weights, std:
   for (int i = 1; i < options.warmup; ++i) {
     moe.forward(x_dev.as<const void>(), out_dev.as<void>(), tokens, stream);
   }
-  const Clock::time_point steady_start = Clock::now();
-  r.steady_forwards = run_steady(
+  const SteadyRun steady = run_steady(
       stream, options.steady_ms,
-      [&](int) { moe.forward(x_dev.as<const void>(), out_dev.as<void>(), tokens, stream); }, meter,
-      &r.power);
-  const double steady_s = seconds_since(steady_start);
+      [&](int) { moe.forward(x_dev.as<const void>(), out_dev.as<void>(), tokens, stream); }, meter);
+  r.steady_forwards = steady.forwards;
+  r.power = steady.power;
 
   std::vector<std::uint16_t> replayed;  // with --check: the graph's output
   const TimedForwards timed = time_forwards(moe, x_dev, out_dev, tokens, options.iters, flush,
@@ -432,7 +438,7 @@ TokenResult bench_tokens(MoeRuntime& moe, const test::HostWeights* weights, std:
     r.over_burst_floor = r.ms / r.burst_floor_ms;
   }
   if (r.power.valid() && r.steady_forwards > 0) {
-    r.joules_per_forward = r.power.watts * steady_s / r.steady_forwards;
+    r.joules_per_forward = r.power.watts * steady.seconds / r.steady_forwards;
   }
   if (power.valid()) {
     r.power_floor_ms = power.floor_s(r.flops, r.bytes) * 1e3;
@@ -551,9 +557,10 @@ int bench(const Options& options) {
               config.routing.describe().c_str());
   std::fflush(stdout);
 
-  // Sampling from now on, so the meter has seen the counter move before the first window.
+  // The power meter (tools/power.h); `live` when it can read, else null.
   std::unique_ptr<PowerMeter> meter;
   if (options.power) meter = std::make_unique<PowerMeter>(device.pci_bus_id);
+  PowerMeter* const live = meter != nullptr && meter->available() ? meter.get() : nullptr;
 
   // Ceilings first, while the device memory is free.
   Ceiling hbm, gemm, hbm_steady;
@@ -575,24 +582,23 @@ int bench(const Options& options) {
     }
   }
   {
-    const PowerMeter::Active sampling(meter != nullptr && meter->available() ? meter.get()
-                                                                             : nullptr);
+    const PowerMeter::Active sampling(live);
     gemm = measure_gemm_rate(config.dtype, stream.get());
   }
   // The power floor's three draws: the GEMM's steady windows (just run), a steady read, idle.
   PowerModel power;
   PowerMeter::Reading gemm_power, read_power, idle_power;
-  if (meter != nullptr && meter->available()) {
-    gemm_power = meter->between(gemm.steady_from, gemm.steady_to);
+  if (live != nullptr) {
+    gemm_power = live->between(gemm.steady_from, gemm.steady_to);
     {
       KernelCache kernels(context, arch);
-      const PowerMeter::Active sampling(meter.get());
+      const PowerMeter::Active sampling(live);
       hbm_steady = measure_hbm_read_steady(kernels, device, stream.get());
     }
-    read_power = meter->between(hbm_steady.steady_from, hbm_steady.steady_to);
-    idle_power = meter->idle(std::chrono::milliseconds(300), std::chrono::milliseconds(700));
+    read_power = live->between(hbm_steady.steady_from, hbm_steady.steady_to);
+    idle_power = live->idle(std::chrono::milliseconds(300), std::chrono::milliseconds(700));
     if (gemm.measured && gemm_power.valid() && read_power.valid() && idle_power.valid()) {
-      power = {idle_power.watts, meter->limit_w(), gemm_power.watts,
+      power = {idle_power.watts, live->limit_w(),  gemm_power.watts,
                gemm.value,       read_power.watts, hbm_steady.value};
     }
   }
@@ -622,8 +628,8 @@ int bench(const Options& options) {
     std::printf(
         "power: limit %.0f W; idle %s; HBM read %s (%.0f GB/s, %s); dense GEMM %s (the steady "
         "windows)\n",
-        meter->limit_w(), draw(idle_power).c_str(), draw(read_power).c_str(),
-        hbm_steady.value / 1e9, hbm_steady.note.c_str(), draw(gemm_power).c_str());
+        live->limit_w(), draw(idle_power).c_str(), draw(read_power).c_str(), hbm_steady.value / 1e9,
+        hbm_steady.note.c_str(), draw(gemm_power).c_str());
     if (power.valid()) {
       std::printf(
           "power model: %.2f pJ a FLOP and %.1f pJ a byte read above idle; the power floor is "
@@ -760,9 +766,8 @@ int bench(const Options& options) {
 
   std::vector<TokenResult> results;
   for (std::int64_t tokens : token_counts) {
-    results.push_back(bench_tokens(moe, host_weights.get(), tokens, options, hbm, gemm,
-                                   meter != nullptr && meter->available() ? meter.get() : nullptr,
-                                   power, flush, stream.get()));
+    results.push_back(bench_tokens(moe, host_weights.get(), tokens, options, hbm, gemm, live, power,
+                                   flush, stream.get()));
     const TokenResult& r = results.back();
     std::printf(
         "T=%lld: %s; experts hit %lld of %lld; first forward %.3f s; enqueue (host) %.3f ms, "
@@ -816,7 +821,7 @@ int bench(const Options& options) {
     }
   }
 
-  if (meter != nullptr && meter->available()) {
+  if (live != nullptr) {
     // Over each T's steady forwards (Options::steady_ms); a model's floor, not the issue's.
     std::printf("\n%8s %8s %8s %11s %15s %17s\n", "T", "W", "SM MHz", "J/forward", "power floor ms",
                 "time/power floor");
@@ -871,12 +876,12 @@ int bench(const Options& options) {
       return json{
           {"watts", number(r.watts)}, {"sm_mhz", number(r.sm_mhz)}, {"counter_updates", r.updates}};
     };
-    if (meter == nullptr || !meter->available()) {
+    if (live == nullptr) {
       doc["power"] = {{"measured", false},
                       {"why", meter == nullptr ? std::string("--no-power") : meter->why()}};
     } else {
       doc["power"] = {{"measured", true},
-                      {"limit_w", meter->limit_w()},
+                      {"limit_w", live->limit_w()},
                       {"idle", reading(idle_power)},
                       {"hbm_read", reading(read_power)},
                       {"hbm_read_steady_bytes_per_s", hbm_steady.value},

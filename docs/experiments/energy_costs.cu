@@ -66,8 +66,7 @@ Run steady(PowerMeter& meter, double seconds, double bytes, Launch launch) {
   long long launches = 0;
   bool second_half = false;
   while (std::chrono::duration<double>(Clock::now() - start).count() < seconds) {
-    if (!second_half &&
-        std::chrono::duration<double>(Clock::now() - start).count() > seconds / 2) {
+    if (!second_half && std::chrono::duration<double>(Clock::now() - start).count() > seconds / 2) {
       second_half = true;
       from = Clock::now();
       CHECK(cudaEventRecord(a));
@@ -104,32 +103,31 @@ int main() {
   CHECK(cudaMalloc(&out, 1024 * sizeof(int4)));
   CHECK(cudaMemset(buf, 0x5a, big));
   CHECK(cudaDeviceSynchronize());
-  std::printf("%s, %d SMs, power limit %.0f W; each pattern ~1.5 s back to back, the draw of the "
-              "second half\n",
-              prop.name, sms, meter.limit_w());
+  std::printf(
+      "%s, %d SMs, power limit %.0f W; each pattern ~1.5 s back to back, the draw of the "
+      "second half\n",
+      prop.name, sms, meter.limit_w());
 
-  const PowerMeter::Reading idle = meter.idle(std::chrono::milliseconds(500),
-                                              std::chrono::milliseconds(1000));
+  const PowerMeter::Reading idle =
+      meter.idle(std::chrono::milliseconds(500), std::chrono::milliseconds(1000));
   std::printf("%-8s %7.0f W %6.0f MHz (%d counter updates)\n", "idle", idle.watts, idle.sm_mhz,
               idle.updates);
   const auto report = [&](const char* name, const Run& r) {
-    std::printf("%-8s %7.0f W %6.0f MHz %9.0f GB/s the SMs read  %6.1f pJ a byte above idle "
-                "(%d updates)\n",
-                name, r.watts, r.mhz, r.bytes_per_s / 1e9,
-                (r.watts - idle.watts) / r.bytes_per_s * 1e12, r.updates);
+    std::printf(
+        "%-8s %7.0f W %6.0f MHz %9.0f GB/s the SMs read  %6.1f pJ a byte above idle "
+        "(%d updates)\n",
+        name, r.watts, r.mhz, r.bytes_per_s / 1e9, (r.watts - idle.watts) / r.bytes_per_s * 1e12,
+        r.updates);
   };
   const int reps = 16;
-  report("dram", steady(meter, 1.5, double(big), [&] {
-           dram_read<<<sms * 4, 512>>>(buf, big / 16, out);
-         }));
+  report("dram",
+         steady(meter, 1.5, double(big), [&] { dram_read<<<sms * 4, 512>>>(buf, big / 16, out); }));
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
-  report("l2", steady(meter, 1.5, double(l2_bytes) * sms * reps, [&] {
-           shared_read<<<sms, 1024>>>(buf, l2_bytes / 16, reps, out);
-         }));
+  report("l2", steady(meter, 1.5, double(l2_bytes) * sms * reps,
+                      [&] { shared_read<<<sms, 1024>>>(buf, l2_bytes / 16, reps, out); }));
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
-  report("private", steady(meter, 1.5, double(slice) * sms * reps * 8, [&] {
-           private_read<<<sms, 1024>>>(buf, slice / 16, reps * 8, out);
-         }));
+  report("private", steady(meter, 1.5, double(slice) * sms * reps * 8,
+                           [&] { private_read<<<sms, 1024>>>(buf, slice / 16, reps * 8, out); }));
   CHECK(cudaFree(buf));
   CHECK(cudaFree(out));
   return 0;
