@@ -6,9 +6,9 @@
 RT_MOE_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 
 # What the build needs from Debian 12. spdlog, fmt, xxHash, nlohmann-json and CLI11 are used
-# header-only; Catch2 (v2) is for the tests.
+# header-only; Catch2 (v2) is for the tests, pip to fetch nvidia-cuda-nvdisasm for the SASS tests.
 RT_MOE_PACKAGES=(cmake ninja-build g++ libspdlog-dev libfmt-dev catch2 libxxhash-dev
-  nlohmann-json3-dev libcli11-dev)
+  nlohmann-json3-dev libcli11-dev python3-pip)
 
 rt_moe_log() { printf 'scripts/%s: %s\n' "$(basename "$0")" "$*" >&2; }
 
@@ -65,6 +65,38 @@ rt_moe_check_cuda() {
   rt_moe_log "error: no CUDA toolkit: nvcc is not on PATH and no cuda.h in \$CUDA_HOME/include," \
     "\$CUDA_PATH/include or /usr/local/cuda/include; install the CUDA toolkit (12.0 or newer)"
   exit 1
+}
+
+# nvdisasm, for the SASS tests (tests/sass): the CUDA toolkit's or one on PATH when there is one;
+# else PyPI's nvidia-cuda-nvdisasm wheel, fetched by pip and unpacked into build/_deps/nvdisasm
+# (nothing is installed into a Python environment), where CMake finds it. Without one the SASS
+# tests skip, and scripts/test says so.
+RT_MOE_NVDISASM_WHEEL="nvidia-cuda-nvdisasm==13.5.37"
+rt_moe_install_nvdisasm() {
+  local dest="$RT_MOE_ROOT/build/_deps/nvdisasm" home tmp
+  if [[ "${RT_MOE_PREBUILT:-0}" == 1 || -x "$dest/nvidia/cu13/bin/nvdisasm" ]]; then
+    return 0
+  fi
+  for home in "${CUDA_HOME:-}" "${CUDA_PATH:-}" /usr/local/cuda; do
+    if [[ -n "$home" && -x "$home/bin/nvdisasm" ]]; then
+      return 0
+    fi
+  done
+  if command -v nvdisasm >/dev/null 2>&1; then
+    return 0
+  fi
+  tmp="$(mktemp -d)"
+  if python3 -m pip download --quiet --no-deps --only-binary=:all: --dest "$tmp" \
+    "$RT_MOE_NVDISASM_WHEEL" && rm -rf "$dest" && mkdir -p "$dest" &&
+    python3 -m zipfile -e "$tmp"/*.whl "$dest" && chmod +x "$dest/nvidia/cu13/bin/nvdisasm" &&
+    "$dest/nvidia/cu13/bin/nvdisasm" --version >/dev/null; then
+    rt_moe_log "nvdisasm ($RT_MOE_NVDISASM_WHEEL from PyPI) in build/_deps/nvdisasm"
+  else
+    rm -rf "$dest"
+    rt_moe_log "warning: could not fetch $RT_MOE_NVDISASM_WHEEL from PyPI: the SASS tests" \
+      "(label cpu-sass) will skip"
+  fi
+  rm -rf "$tmp"
 }
 
 # Configures (preset "release", build dir build/) and builds with every core.

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <string_view>
 
 #include "base/env.h"
 #include "base/log.h"
@@ -206,6 +207,22 @@ Result compile(const Request& request) {
               result.seconds, result.cubin.size());
   if (!result.log.empty()) log().debug("NVRTC log for {}:\n{}", request.name, result.log);
   return result;
+}
+
+std::vector<std::string> wgmma_stalls(const std::string& log) {
+  std::vector<std::string> lines;
+  std::size_t start = 0;
+  while (start < log.size()) {
+    std::size_t end = log.find('\n', start);
+    if (end == std::string::npos) end = log.size();
+    const std::string_view line(log.data() + start, end - start);
+    if (line.find("(C7510)") != std::string_view::npos ||
+        line.find("(C7517)") != std::string_view::npos) {
+      lines.emplace_back(line);
+    }
+    start = end + 1;
+  }
+  return lines;
 }
 
 }  // namespace rt_moe::nvrtc

@@ -100,17 +100,22 @@ CompiledCubin compile_cubin(const KernelSpec& spec, const std::string& arch,
     request.arch = arch;
     request.name_expressions = {std::string("&") + kMetaName};
     if (env().stage_timeline) request.name_expressions.push_back(std::string("&") + kTimelineName);
-    std::string cubin = nvrtc::compile(request).cubin;
-    // A kernel that spills runs slower than its tile promises: say so where it is compiled (the
-    // prewarm tool, or a first forward), once, not at each load from the cache.
-    const std::optional<CubinResources> resources = cubin_resources(cubin);
+    nvrtc::Result compiled = nvrtc::compile(request);
+    // A kernel that spills, or whose MMAs ptxas serialized, runs slower than its tile promises:
+    // say so where it is compiled (the prewarm tool, or a first forward), once, not at each load
+    // from the cache.
+    const std::optional<CubinResources> resources = cubin_resources(compiled.cubin);
     if (resources && resources->uses_local_memory()) {
       log().warn(
           "kernel {} uses local memory ({} B frame, {} B stack a thread, {} registers): "
           "register spills, it runs slower than it should",
           spec.name(), resources->frame_bytes, resources->stack_bytes, resources->registers);
     }
-    return cubin;
+    for (const std::string& line : nvrtc::wgmma_stalls(compiled.log)) {
+      log().warn("kernel {}: the tensor pipe loses its overlap, it runs slower than it should: {}",
+                 spec.name(), line);
+    }
+    return std::move(compiled.cubin);
   });
   CompiledCubin result;
   result.cubin = std::move(lookup.binary);

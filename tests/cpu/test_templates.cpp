@@ -74,6 +74,53 @@ TEST_CASE("a cubin's registers and local memory are read from its .nv.info", "[n
   }
 }
 
+TEST_CASE("ptxas's serialized wgmma is found in the compile log", "[nvrtc]") {
+  // The same wgmma twice: inline, then across a call ptxas may not inline, which serializes the
+  // pipeline (C7510) and makes ptxas wait for the MMA before the callee returns (C7517).
+  const std::string body =
+      "  asm volatile(\"wgmma.mma_async.sync.aligned.m64n8k16.f32.bf16.bf16 {%0,%1,%2,%3}, %4, "
+      "%5, 1, 1, 1, 0, 0;\\n\"\n"
+      "               : \"+f\"(d[0]), \"+f\"(d[1]), \"+f\"(d[2]), \"+f\"(d[3]) : \"l\"(a), "
+      "\"l\"(b));\n";
+  auto kernel = [&](const char* qualifier) {
+    return fmt::format(
+        "{0} void mma(float* d, unsigned long long a, unsigned long long b) {{\n{1}}}\n"
+        "extern \"C\" __global__ void stalls(float* out, unsigned long long a, int n) {{\n"
+        "  float d[4] = {{0.f, 0.f, 0.f, 0.f}};\n"
+        "  for (int k = 0; k < n; ++k) {{\n"
+        "    asm volatile(\"wgmma.fence.sync.aligned;\" ::: \"memory\");\n"
+        "    mma(d, a + k, a + 2 * k);\n"
+        "    asm volatile(\"wgmma.commit_group.sync.aligned;\" ::: \"memory\");\n"
+        "  }}\n"
+        "  asm volatile(\"wgmma.wait_group.sync.aligned 0;\" ::: \"memory\");\n"
+        "  out[threadIdx.x] = d[0] + d[1] + d[2] + d[3];\n}}\n",
+        qualifier, body);
+  };
+  auto stalls = [&](const char* qualifier) {
+    nvrtc::Request request;
+    request.name = "stalls";
+    request.source = kernel(qualifier);
+    request.arch = "sm_90a";
+    const nvrtc::Result compiled = nvrtc::compile(request);
+    REQUIRE(is_elf(compiled.cubin));
+    INFO(compiled.log);
+    return nvrtc::wgmma_stalls(compiled.log);
+  };
+  const std::vector<std::string> called = stalls("__device__ __noinline__");
+  REQUIRE(!called.empty());
+  bool serialized = false;
+  for (const std::string& line : called) {
+    serialized = serialized || line.find("(C7510)") != std::string::npos;
+    CHECK(line.find('\n') == std::string::npos);
+  }
+  CHECK(serialized);
+  CHECK(stalls("__device__ __forceinline__").empty());
+  // Only the overlap-losing advisories: an injected warpgroup.arrive (C7519) is not one.
+  CHECK(nvrtc::wgmma_stalls("ptxas info    : (C7519) warpgroup.arrive is injected\n").empty());
+  CHECK(nvrtc::wgmma_stalls("ptxas info    : (C7517) warpgroup.wait is injected\nnext").size() ==
+        1);
+}
+
 TEST_CASE("every kernel template compiles for sm_90a (DeepSeek-V3 shape, all tiles)", "[nvrtc]") {
   for (DType dtype : {DType::kBF16, DType::kF16}) {
     for (YDType y : {YDType::kF16, YDType::kF32}) {
@@ -91,9 +138,11 @@ TEST_CASE("every kernel template compiles for sm_90a (DeepSeek-V3 shape, all til
                 (has_y && y == YDType::kF16));
           // fp32 y is each template's default: its instances are spelled without Y.
           CHECK(spec.name().find("float") == std::string::npos);
-          std::string cubin = compile_for_sm90a(spec);
-          CHECK(is_elf(cubin));
-          CHECK(no_local_memory(cubin));
+          const nvrtc::Result compiled = compile_result_for_sm90a(spec);
+          CHECK(is_elf(compiled.cubin));
+          CHECK(no_local_memory(compiled.cubin));
+          // ptxas serialized no wgmma and injected no wait for MMAs in flight.
+          CHECK(nvrtc::wgmma_stalls(compiled.log).empty());
         }
       }
     }
