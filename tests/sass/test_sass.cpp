@@ -5,11 +5,11 @@
 //     UTMALDG, multicast in CTA pairs;
 //   - the mma.sync GEMMs (the portable path, the decode GEMV and the fused decode kernel) issue
 //     HMMA and no HGMMA; the routing, dispatch and combine kernels neither;
-//   - no kernel reads or writes local memory (LDL, STL).
+//   - no kernel reads or writes local memory (LDL, STL), and none has a compile log in which
+//     ptxas serialized its wgmma or waits for its MMAs (nvrtc::wgmma_stalls).
 // No GPU needed: NVRTC compiles for sm_90a here.
 #include <catch2/catch.hpp>
 
-#include <map>
 #include <set>
 #include <stdexcept>
 #include <string>
@@ -64,6 +64,7 @@ struct Disassembled {
   std::string family;
   Expected expected;
   SassCounts counts;
+  std::vector<std::string> stalls;  // nvrtc::wgmma_stalls of its compile log
   std::string error;
 };
 
@@ -89,7 +90,9 @@ std::vector<Disassembled> disassemble_all(
         request.source = spec.source();
         request.arch = "sm_90a";
         request.name_expressions = {std::string("&") + kMetaName};
-        d.counts = test::count_sass(test::disassemble(nvdisasm, nvrtc::compile(request).cubin));
+        const nvrtc::Result compiled = nvrtc::compile(request);
+        d.stalls = nvrtc::wgmma_stalls(compiled.log);
+        d.counts = test::count_sass(test::disassemble(nvdisasm, compiled.cubin));
       } catch (const std::exception& error) {
         d.error = error.what();
       }
@@ -116,24 +119,22 @@ std::vector<std::pair<KernelSpec, GemmTile>> distinct_specs(
 }
 
 void check_sass(const std::vector<Disassembled>& kernels) {
-  std::map<std::string, int> families;
   for (const Disassembled& d : kernels) {
     INFO(d.name << "\nthe bucket's tile " << d.tile << "\nHGMMA " << d.counts.hgmma << ", HMMA "
                 << d.counts.hmma << ", UTMALDG " << d.counts.tma_loads << " (multicast "
                 << d.counts.tma_multicast << "), LDL/STL " << d.counts.local << ", "
                 << d.counts.instructions << " instructions\n"
-                << d.error);
+                << d.error << (d.stalls.empty() ? "" : d.stalls.front()));
     REQUIRE(d.error.empty());
     REQUIRE(d.counts.instructions > 0);
-    ++families[d.family];
     CHECK(d.counts.local == 0);
+    CHECK(d.stalls.empty());  // ptxas serialized no wgmma, waits for no MMA in flight
     CHECK(d.counts.hgmma_n == d.expected.hgmma_n);
     CHECK((d.counts.hgmma > 0) == !d.expected.hgmma_n.empty());
     CHECK((d.counts.hmma > 0) == d.expected.hmma);
     CHECK((d.counts.tma_loads > 0) == d.expected.tma);
     CHECK((d.counts.tma_multicast > 0) == d.expected.multicast);
   }
-  for (const auto& [family, count] : families) UNSCOPED_INFO(family << ": " << count);
 }
 
 }  // namespace
