@@ -8,24 +8,22 @@
 #include <string>
 
 #include "driver.h"
+#include "skip_or_run.h"
 
 int main(int argc, char** argv) {
-  bool listing = false;
-  for (int i = 1; i < argc; ++i) listing = listing || std::string(argv[i]).rfind("--list", 0) == 0;
-  if (!listing) {
-    std::string why;
-    if (!rt_moe::driver::available(&why)) {
-      std::printf("SKIPPED: no usable GPU: %s\n", why.c_str());
-      return 77;
+  return rt_moe::test::skip_or_run(argc, argv, [](std::string* why) {
+    if (!rt_moe::driver::available(why)) {
+      *why = "no usable GPU: " + *why;
+      return false;
     }
     rt_moe::driver::DeviceInfo info = rt_moe::driver::device_info(0);
     if (info.cc_major < 8) {
-      std::printf("SKIPPED: %s is sm_%d%d; rt_moe's GPU tests need sm_80 or newer\n",
-                  info.name.c_str(), info.cc_major, info.cc_minor);
-      return 77;
+      *why = info.name + " is sm_" + std::to_string(info.cc_major) + std::to_string(info.cc_minor) +
+             "; rt_moe's GPU tests need sm_80 or newer";
+      return false;
     }
     std::printf("GPU: %s (%s, %d SMs, driver %d)\n", info.name.c_str(), info.arch().c_str(),
                 info.sm_count, info.driver_version);
-  }
-  return Catch::Session().run(argc, argv);
+    return true;
+  });
 }

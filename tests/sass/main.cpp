@@ -8,18 +8,13 @@
 #include <string>
 
 #include "sass.h"
+#include "skip_or_run.h"
 
 int main(int argc, char** argv) {
-  bool listing = false;
-  for (int i = 1; i < argc; ++i) listing = listing || std::string(argv[i]).rfind("--list", 0) == 0;
-  if (!listing) {
-    std::string why;
-    const std::string nvdisasm = rt_moe::test::find_nvdisasm(&why);
-    if (nvdisasm.empty()) {
-      std::printf("SKIPPED: %s\n", why.c_str());
-      return 77;
-    }
+  return rt_moe::test::skip_or_run(argc, argv, [](std::string* why) {
+    const std::string nvdisasm = rt_moe::test::find_nvdisasm(why);
+    if (nvdisasm.empty()) return false;
     std::printf("nvdisasm: %s\n", nvdisasm.c_str());
-  }
-  return Catch::Session().run(argc, argv);
+    return true;
+  });
 }
