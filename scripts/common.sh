@@ -50,16 +50,21 @@ rt_moe_install_packages() {
   apt-get install -y --no-install-recommends "${missing[@]}"
 }
 
-# The CUDA toolkit provides cuda.h and nvrtc.h at build time and libnvrtc at run time (libcuda
-# comes with the driver). It is not a Debian package here: say where it was looked for.
-rt_moe_check_cuda() {
+# True when $CUDA_HOME, $CUDA_PATH or /usr/local/cuda holds the file `$1` (a path inside it).
+rt_moe_cuda_has() {
   local home
   for home in "${CUDA_HOME:-}" "${CUDA_PATH:-}" /usr/local/cuda; do
-    if [[ -n "$home" && -f "$home/include/cuda.h" ]]; then
+    if [[ -n "$home" && -e "$home/$1" ]]; then
       return 0
     fi
   done
-  if command -v nvcc >/dev/null 2>&1; then
+  return 1
+}
+
+# The CUDA toolkit provides cuda.h and nvrtc.h at build time and libnvrtc at run time (libcuda
+# comes with the driver). It is not a Debian package here: say where it was looked for.
+rt_moe_check_cuda() {
+  if rt_moe_cuda_has include/cuda.h || command -v nvcc >/dev/null 2>&1; then
     return 0
   fi
   rt_moe_log "error: no CUDA toolkit: nvcc is not on PATH and no cuda.h in \$CUDA_HOME/include," \
@@ -73,16 +78,9 @@ rt_moe_check_cuda() {
 # tests skip, and scripts/test says so.
 RT_MOE_NVDISASM_WHEEL="nvidia-cuda-nvdisasm==13.5.37"
 rt_moe_install_nvdisasm() {
-  local dest="$RT_MOE_ROOT/build/_deps/nvdisasm" home tmp
-  if [[ "${RT_MOE_PREBUILT:-0}" == 1 || -x "$dest/nvidia/cu13/bin/nvdisasm" ]]; then
-    return 0
-  fi
-  for home in "${CUDA_HOME:-}" "${CUDA_PATH:-}" /usr/local/cuda; do
-    if [[ -n "$home" && -x "$home/bin/nvdisasm" ]]; then
-      return 0
-    fi
-  done
-  if command -v nvdisasm >/dev/null 2>&1; then
+  local dest="$RT_MOE_ROOT/build/_deps/nvdisasm" tmp
+  if [[ "${RT_MOE_PREBUILT:-0}" == 1 || -x "$dest/nvidia/cu13/bin/nvdisasm" ]] ||
+    rt_moe_cuda_has bin/nvdisasm || command -v nvdisasm >/dev/null 2>&1; then
     return 0
   fi
   tmp="$(mktemp -d)"
