@@ -216,7 +216,7 @@ std::vector<std::string> wgmma_stalls(const std::string& log) {
     std::size_t end = log.find('\n', start);
     if (end == std::string::npos) end = log.size();
     const std::string_view line(log.data() + start, end - start);
-    if (line.find("(C7510)") != std::string_view::npos ||
+    if (line.find("Potential Performance Loss") != std::string_view::npos ||
         line.find("(C7517)") != std::string_view::npos) {
       lines.emplace_back(line);
     }

@@ -32,11 +32,12 @@ std::vector<std::string> options(const std::string& arch);
 // NVRTC fails or produces an empty cubin (NVRTC 13 can report success with an empty cubin).
 Result compile(const Request& request);
 
-// The lines of a compile log in which ptxas says the tensor pipe loses its overlap: it serialized
-// the wgmma instructions (C7510, "Potential Performance Loss"), or it injected a warpgroup.wait
-// before registers a wgmma defines are read (C7517), which waits for the MMAs in flight. Not among
-// them: C7519, an injected warpgroup.arrive, which waits for no MMA (the swapped kernel has one a
-// token-count path, beside its own wgmma.fence: docs/PERF.md 37a).
+// The lines of a compile log in which ptxas says the tensor pipe loses its overlap: every
+// "Potential Performance Loss" (C7510 to C7515: it serialized the wgmma instructions, and why),
+// and an injected warpgroup.wait before registers a wgmma defines are read (C7517), which waits
+// for the MMAs in flight. Not among them: C7519, an injected warpgroup.arrive, which waits for no
+// MMA (the swapped kernel has one a token-count path, beside its own wgmma.fence: docs/PERF.md
+// 37b).
 std::vector<std::string> wgmma_stalls(const std::string& log);
 
 }  // namespace rt_moe::nvrtc

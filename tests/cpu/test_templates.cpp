@@ -119,6 +119,10 @@ TEST_CASE("ptxas's serialized wgmma is found in the compile log", "[nvrtc]") {
   CHECK(nvrtc::wgmma_stalls("ptxas info    : (C7519) warpgroup.arrive is injected\n").empty());
   CHECK(nvrtc::wgmma_stalls("ptxas info    : (C7517) warpgroup.wait is injected\nnext").size() ==
         1);
+  // Every serialization, whatever its reason's code (C7514: accumulators read inside the stage).
+  CHECK(nvrtc::wgmma_stalls("x\nptxas info    : (C7514) Potential Performance Loss: "
+                            "wgmma.mma_async instructions are serialized due to ...\n")
+            .size() == 1);
 }
 
 TEST_CASE("every kernel template compiles for sm_90a (DeepSeek-V3 shape, all tiles)", "[nvrtc]") {
