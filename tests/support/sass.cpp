@@ -144,7 +144,7 @@ SassCounts count_sass(const std::string& sass) {
       const std::size_t x1 = opcode.find('x');
       const std::size_t x2 = x1 == std::string_view::npos ? x1 : opcode.find('x', x1 + 1);
       if (x2 != std::string_view::npos) {
-        counts.hgmma_n.insert(std::atoi(std::string(opcode.substr(x1 + 1, x2 - x1 - 1)).c_str()));
+        ++counts.hgmma_n[std::atoi(std::string(opcode.substr(x1 + 1, x2 - x1 - 1)).c_str())];
       }
     } else if (base == "HMMA") {
       ++counts.hmma;

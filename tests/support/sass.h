@@ -4,7 +4,7 @@
 // (tests/sass) check it on every kernel the tuner can pick, without a GPU.
 #pragma once
 
-#include <set>
+#include <map>
 #include <string>
 
 namespace rt_moe::test {
@@ -22,7 +22,7 @@ std::string disassemble(const std::string& nvdisasm, const std::string& cubin);
 struct SassCounts {
   int instructions = 0;
   int hgmma = 0;
-  std::set<int> hgmma_n;  // N of each HGMMA.64xNx16 shape present
+  std::map<int, int> hgmma_n;  // N of each HGMMA.64xNx16 shape present: how many of it
   int hmma = 0;
   int tma_loads = 0;      // UTMALDG, multicast or not
   int tma_multicast = 0;  // UTMALDG.*.MULTICAST
