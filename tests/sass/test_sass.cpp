@@ -2,7 +2,7 @@
 // what each kernel's tile promises (issue 6: "Check the SASS: HGMMA present, no local-memory
 // spills"):
 //   - the wgmma GEMMs issue HGMMA of their tile's shapes and no HMMA; the TMA tiles load by
-//     UTMALDG, multicast in CTA pairs;
+//     UTMALDG, multicast in CTA pairs, and their warpgroups trade registers (USETMAXREG);
 //   - the mma.sync GEMMs (the portable path, the decode GEMV and the fused decode kernel) issue
 //     HMMA and no HGMMA; the routing, dispatch and combine kernels neither;
 //   - no kernel reads or writes local memory (LDL, STL), and none has a compile log in which
@@ -37,6 +37,7 @@ struct Expected {
   bool hmma = false;
   bool tma = false;
   bool multicast = false;
+  bool setmaxnreg = false;  // the warp-specialized kernels: producer and consumers trade registers
 };
 
 // What a spec's SASS must hold. The GEMM specs of a bucket use `tile`; the gating GEMM has its own
@@ -50,10 +51,13 @@ Expected expected_sass(const KernelSpec& spec, const GemmTile& tile) {
     for (int n = 8; n <= tile.block_m; n += 8) e.hgmma_n.insert(n);
     e.hgmma_each_n = 8;
     e.tma = true;
+    e.setmaxnreg = true;
   } else if (spec.family == "grouped_gemm_sm90_ws") {
     e.hgmma_n = {tile.block_n};  // wgmma.m64nBLOCK_Nk16 a consumer warpgroup
     e.tma = true;
     e.multicast = tile.cluster == 2;
+    // With one consumer warpgroup, 255 registers a thread fit without a trade.
+    e.setmaxnreg = tile.warps_m >= 2;
   } else if (spec.family == "grouped_gemm_sm90") {
     e.hgmma_n = {128};  // wgmma.m64n128k16, one a 128-column slice
   } else if (spec.family == "grouped_gemm_sm80" || spec.family == "grouped_gemv" ||
@@ -147,6 +151,7 @@ void check_sass(const std::vector<Disassembled>& kernels) {
     CHECK((d.counts.hmma > 0) == d.expected.hmma);
     CHECK((d.counts.tma_loads > 0) == d.expected.tma);
     CHECK((d.counts.tma_multicast > 0) == d.expected.multicast);
+    CHECK((d.counts.setmaxnreg > 0) == d.expected.setmaxnreg);
   }
 }
 
@@ -189,9 +194,11 @@ TEST_CASE("nvdisasm's SASS lines are counted by opcode", "[sass]") {
       "        /*12b0*/                   STL.64 [R1], R2 ;\n"
       "        /*12c0*/                   LDL R3, [R1+0x8] ;\n"
       "        /*12d0*/                   HGMMA.64x160x16.F32.BF16 R104, gdesc[UR20], R104 ;\n"
-      "        /*12e0*/                   BRA 0x12e0;\n";
+      "        /*12e0*/                   USETMAXREG.TRY R0, 0xe0 ;\n"
+      "        /*12f0*/                   BRA 0x12e0;\n";
   const SassCounts counts = test::count_sass(sass);
-  CHECK(counts.instructions == 10);
+  CHECK(counts.instructions == 11);
+  CHECK(counts.setmaxnreg == 1);
   CHECK(counts.hgmma == 3);
   CHECK(counts.hgmma_n == std::map<int, int>{{8, 1}, {160, 2}});
   CHECK(counts.hmma == 1);

@@ -153,6 +153,8 @@ SassCounts count_sass(const std::string& sass) {
       if (opcode.find(".MULTICAST") != std::string_view::npos) ++counts.tma_multicast;
     } else if (base == "LDL" || base == "STL") {
       ++counts.local;
+    } else if (base == "USETMAXREG") {
+      ++counts.setmaxnreg;
     }
   }
   return counts;

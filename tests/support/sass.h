@@ -27,6 +27,7 @@ struct SassCounts {
   int tma_loads = 0;      // UTMALDG, multicast or not
   int tma_multicast = 0;  // UTMALDG.*.MULTICAST
   int local = 0;          // LDL and STL: local memory
+  int setmaxnreg = 0;     // USETMAXREG: warpgroups trading registers (producer / consumers)
 };
 
 // Counts the instructions of nvdisasm's text: each line "/*0120*/ [@[!]P0] OPCODE ...".
