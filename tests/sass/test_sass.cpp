@@ -19,6 +19,8 @@
 #include "compiler.h"
 #include "host_parallel.h"
 #include "kernels.h"
+#include "nvrtc_sm90a.h"
+#include "params.h"
 #include "reference.h"
 #include "sass.h"
 #include "specs.h"
@@ -27,9 +29,6 @@ namespace rt_moe {
 namespace {
 
 using test::SassCounts;
-
-// The H200's opt-in shared memory a block (227 KB): the tuner's candidates on it.
-constexpr int kH200SmemBytes = 232448;
 
 struct Expected {
   std::set<int> hgmma_n;  // empty: no HGMMA
@@ -94,12 +93,7 @@ std::vector<Disassembled> disassemble_all(
       d.family = spec.family;
       d.expected = expected_sass(spec, tile);
       try {
-        nvrtc::Request request;
-        request.name = spec.name();
-        request.source = spec.source();
-        request.arch = "sm_90a";
-        request.name_expressions = {std::string("&") + kMetaName};
-        const nvrtc::Result compiled = nvrtc::compile(request);
+        const nvrtc::Result compiled = compile_result_for_sm90a(spec);
         d.stalls = nvrtc::wgmma_stalls(compiled.log);
         d.counts = test::count_sass(test::disassemble(nvdisasm, compiled.cubin));
       } catch (const std::exception& error) {
@@ -116,7 +110,7 @@ std::vector<std::pair<KernelSpec, GemmTile>> distinct_specs(
   std::set<std::string> seen;
   for (long long tokens : token_counts) {
     const std::vector<GemmTile> tiles =
-        all_candidates ? candidate_tiles(config, tokens, "sm_90a", kH200SmemBytes)
+        all_candidates ? candidate_tiles(config, tokens, "sm_90a", kMaxDynamicSmemSm90)
                        : std::vector<GemmTile>{default_tile(config, tokens, "sm_90a")};
     for (const GemmTile& tile : tiles) {
       for (const KernelSpec& spec : forward_specs(config, tile, tokens)) {

@@ -1,4 +1,4 @@
-// Compiles a kernel spec for sm_90a with NVRTC, as the CPU tests that need no GPU do.
+// Compiles a kernel spec for sm_90a with NVRTC, as the CPU and SASS tests do (no GPU needed).
 #pragma once
 
 #include <string>
