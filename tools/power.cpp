@@ -35,10 +35,11 @@ struct PowerMeter::Nvml {
   int (*shutdown)() = nullptr;
   const char* (*error_string)(int) = nullptr;
   int (*handle_by_bus_id)(const char*, Device*) = nullptr;
-  int (*energy)(Device, unsigned long long*) = nullptr;  // mJ since the driver loaded
-  int (*power_limit)(Device, unsigned*) = nullptr;       // mW
-  int (*clock)(Device, int, unsigned*) = nullptr;        // MHz
-  static constexpr int kClockSm = 1;                     // NVML_CLOCK_SM
+  int (*energy)(Device, unsigned long long*) = nullptr;   // mJ since the driver loaded
+  int (*power_limit)(Device, unsigned*) = nullptr;        // mW
+  int (*clock)(Device, int, unsigned*) = nullptr;         // MHz
+  int (*reasons)(Device, unsigned long long*) = nullptr;  // optional: clock event reasons
+  static constexpr int kClockSm = 1;                      // NVML_CLOCK_SM
   Device device = nullptr;
   bool initialized = false;
 
@@ -70,6 +71,10 @@ struct PowerMeter::Nvml {
           "nvmlDeviceGetTotalEnergyConsumption, ...)",
           library);
     }
+    // Optional (the meter runs without): the current name, then the one older drivers export.
+    if (!resolve(reasons, "nvmlDeviceGetCurrentClocksEventReasons")) {
+      resolve(reasons, "nvmlDeviceGetCurrentClocksThrottleReasons");
+    }
     if (int s = init(); s != 0) return fmt::format("nvmlInit_v2 failed: {}", text(s));
     initialized = true;
     if (int s = handle_by_bus_id(bus_id.c_str(), &device); s != 0) {
@@ -96,6 +101,8 @@ PowerMeter::PowerMeter(const std::string& pci_bus_id, std::chrono::microseconds 
   if (nvml_->power_limit(nvml_->device, &mw) == 0) limit_w_ = mw * 1e-3;
   thread_ = std::thread([this, poll] { run(poll); });
 }
+
+bool PowerMeter::reads_reasons() const { return available() && nvml_->reasons != nullptr; }
 
 PowerMeter::~PowerMeter() {
   {
@@ -136,6 +143,8 @@ void PowerMeter::run(std::chrono::microseconds poll) {
     Sample s{Clock::now(), 0, 0};
     const bool read = nvml_->energy(nvml_->device, &s.millijoules) == 0;
     if (read && nvml_->clock(nvml_->device, Nvml::kClockSm, &s.sm_mhz) != 0) s.sm_mhz = 0;
+    s.has_reasons =
+        read && nvml_->reasons != nullptr && nvml_->reasons(nvml_->device, &s.reasons) == 0;
     lock.lock();
     if (read) {
       s.resumed = resumed;
@@ -159,11 +168,16 @@ PowerMeter::Reading PowerMeter::average(const std::vector<Sample>& samples, Cloc
   const Sample* first_update = nullptr;
   const Sample* last_update = nullptr;
   double mhz_sum = 0;
-  int mhz_count = 0;
+  int mhz_count = 0, reason_polls = 0, capped = 0, slowed = 0;
   for (auto it = first; it != samples.end() && it->t <= to; ++it) {
     if (it->sm_mhz > 0) {
       mhz_sum += it->sm_mhz;
       ++mhz_count;
+    }
+    if (it->has_reasons) {
+      ++reason_polls;
+      capped += (it->reasons & kReasonPowerCap) != 0;
+      slowed += (it->reasons & kReasonSlowdown) != 0;
     }
     // An update: the counter moved since the sample before (which may lie before the window).
     if (it == samples.begin() || it->resumed || std::prev(it)->millijoules == it->millijoules) {
@@ -174,6 +188,10 @@ PowerMeter::Reading PowerMeter::average(const std::vector<Sample>& samples, Cloc
     ++r.updates;
   }
   if (mhz_count > 0) r.sm_mhz = mhz_sum / mhz_count;
+  if (reason_polls > 0) {
+    r.power_capped = double(capped) / reason_polls;
+    r.slowed = double(slowed) / reason_polls;
+  }
   if (r.updates >= 2) {
     r.seconds = std::chrono::duration<double>(last_update->t - first_update->t).count();
     if (r.seconds > 0) {

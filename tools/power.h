@@ -6,7 +6,9 @@
 // dlopen (never linked: the bench must start on machines without it). A window of host time then
 // reads as average watts: the energy between the counter's first and last update inside the
 // window, over the time between them, so that the counter's update period (not documented; tens
-// of ms on some boards) costs no precision at the window's ends.
+// of ms on some boards) costs no precision at the window's ends. Each poll also reads why the
+// clock is held down (nvmlDeviceGetCurrentClocksEventReasons, where the driver has it), so that a
+// window says what share of it the power cap, or a thermal or hardware slowdown, was holding it.
 //
 // PowerModel is the floor that the power limit sets (docs/PERF.md 36a). An H200 runs its dense
 // GEMM ceiling at its 700 W limit, below its boost clock; reading HBM at full bandwidth draws
@@ -78,6 +80,8 @@ class PowerMeter {
 
   bool available() const { return why_.empty(); }
   const std::string& why() const { return why_; }
+  // Whether the driver's NVML tells why the clock is held down (Reading::power_capped, slowed).
+  bool reads_reasons() const;
   double limit_w() const { return limit_w_; }  // the enforced power limit
 
   struct Reading {
@@ -85,8 +89,17 @@ class PowerMeter {
     double sm_mhz = std::nan("");  // mean of the SM clock's samples in the window
     double seconds = 0;            // between the counter's first and last update in the window
     int updates = 0;               // counter updates in the window
+    // Shares of the window's polls that read the clock held down by the software power cap
+    // (kReasonPowerCap), and by a thermal or hardware slowdown (kReasonSlowdown); NaN where no
+    // poll in the window read the reasons.
+    double power_capped = std::nan("");
+    double slowed = std::nan("");
     bool valid() const { return updates >= 2 && seconds > 0; }
   };
+  // nvml.h's clock event reasons (nvmlClocksEventReason*): the software power cap; HW slowdown,
+  // SW thermal, HW thermal and HW power brake.
+  static constexpr unsigned long long kReasonPowerCap = 0x4;
+  static constexpr unsigned long long kReasonSlowdown = 0x8 | 0x20 | 0x40 | 0x80;
   // The window [from, to] of host time; invalid (NaN watts) with fewer than two counter updates
   // in it, or when the meter is not available.
   Reading between(Clock::time_point from, Clock::time_point to) const;
@@ -100,6 +113,8 @@ class PowerMeter {
     unsigned sm_mhz;
     // The first poll after sampling resumed: a change since the poll before is no update here.
     bool resumed = false;
+    bool has_reasons = false;        // whether `reasons` was read at this poll
+    unsigned long long reasons = 0;  // nvmlClocksEventReason* bits
   };
   // The same average over samples given in time order (the sampler's, or a test's).
   static Reading average(const std::vector<Sample>& samples, Clock::time_point from,

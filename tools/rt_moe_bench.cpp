@@ -19,7 +19,8 @@
 // and warm cache load of one bucket's kernels, and the host cost of one forward() call (enqueue
 // only) at T = 1.
 // Power (unless --no-power; needs NVML): the board's draw while the GEMM ceiling's and a steady HBM
-// read's windows run, idle, and over each T's steady forwards, and from them the floor that the
+// read's windows run, idle, and over each T's steady forwards (with the share of polls whose clock
+// the power cap, or a thermal or hardware slowdown, held down), and from them the floor that the
 // power limit sets (tools/power.h: a model, printed in a table of its own).
 #include <fmt/format.h>
 
@@ -492,6 +493,8 @@ json result_json(const TokenResult& r) {
   j["power"] = {{"watts", number(r.power.watts)},
                 {"sm_mhz", number(r.power.sm_mhz)},
                 {"counter_updates", r.power.updates},
+                {"power_capped", number(r.power.power_capped)},
+                {"slowed", number(r.power.slowed)},
                 {"joules_per_forward", number(r.joules_per_forward)},
                 {"power_floor_ms", number(r.power_floor_ms)},
                 {"time_over_power_floor", number(r.over_power_floor)}};
@@ -617,8 +620,12 @@ int bench(const Options& options) {
         gemm.burst / 1e12, gemm.steady_first / 1e12, gemm.steady_last / 1e12);
   }
   const auto draw = [](const PowerMeter::Reading& r) {
-    return r.valid() ? fmt::format("{:.0f} W at {:.0f} MHz", r.watts, r.sm_mhz)
-                     : std::string("not read (fewer than 2 counter updates)");
+    if (!r.valid()) return std::string("not read (fewer than 2 counter updates)");
+    std::string text = fmt::format("{:.0f} W at {:.0f} MHz", r.watts, r.sm_mhz);
+    if (std::isfinite(r.power_capped)) {
+      text += fmt::format(", capped {:.0f}% slowed {:.0f}%", 100 * r.power_capped, 100 * r.slowed);
+    }
+    return text;
   };
   if (meter == nullptr) {
     std::printf("power: not measured (--no-power)\n");
@@ -630,6 +637,10 @@ int bench(const Options& options) {
         "windows)\n",
         live->limit_w(), draw(idle_power).c_str(), draw(read_power).c_str(), hbm_steady.value / 1e9,
         hbm_steady.note.c_str(), draw(gemm_power).c_str());
+    std::printf(
+        "power: capped / slowed: the share of polls whose clock was held down by the software "
+        "power cap / by a thermal or hardware slowdown (NVML's clock event reasons)%s\n",
+        live->reads_reasons() ? "" : "; not read: this NVML does not export them");
     if (power.valid()) {
       std::printf(
           "power model: %.2f pJ a FLOP and %.1f pJ a byte read above idle; the power floor is "
@@ -823,14 +834,16 @@ int bench(const Options& options) {
 
   if (live != nullptr) {
     // Over each T's steady forwards (Options::steady_ms); a model's floor, not the issue's.
-    std::printf("\n%8s %8s %8s %11s %15s %17s\n", "T", "W", "SM MHz", "J/forward", "power floor ms",
-                "time/power floor");
+    std::printf("\n%8s %8s %8s %7s %7s %11s %15s %17s\n", "T", "W", "SM MHz", "capped", "slowed",
+                "J/forward", "power floor ms", "time/power floor");
     for (const TokenResult& r : results) {
       const auto cell = [](double v, const char* format) {
         return std::isfinite(v) ? fmt::format(fmt::runtime(format), v) : std::string("-");
       };
-      std::printf("%8lld %8s %8s %11s %15s %17s\n", (long long)r.tokens,
+      std::printf("%8lld %8s %8s %7s %7s %11s %15s %17s\n", (long long)r.tokens,
                   cell(r.power.watts, "{:.0f}").c_str(), cell(r.power.sm_mhz, "{:.0f}").c_str(),
+                  cell(100 * r.power.power_capped, "{:.0f}%").c_str(),
+                  cell(100 * r.power.slowed, "{:.0f}%").c_str(),
                   cell(r.joules_per_forward, "{:.4f}").c_str(),
                   cell(r.power_floor_ms, "{:.4f}").c_str(),
                   cell(r.over_power_floor, "{:.2f}").c_str());
@@ -873,8 +886,11 @@ int bench(const Options& options) {
                 {"launch_us_t1", launch_us},
                 {"results", json::array()}};
     const auto reading = [&](const PowerMeter::Reading& r) {
-      return json{
-          {"watts", number(r.watts)}, {"sm_mhz", number(r.sm_mhz)}, {"counter_updates", r.updates}};
+      return json{{"watts", number(r.watts)},
+                  {"sm_mhz", number(r.sm_mhz)},
+                  {"counter_updates", r.updates},
+                  {"power_capped", number(r.power_capped)},
+                  {"slowed", number(r.slowed)}};
     };
     if (live == nullptr) {
       doc["power"] = {{"measured", false},

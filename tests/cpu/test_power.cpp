@@ -111,6 +111,35 @@ TEST_CASE("power: a window's average spans the counter's updates inside it", "[p
   CHECK_FALSE(PowerMeter::average(samples, t0 - milliseconds(50), t0 - milliseconds(10)).valid());
 }
 
+TEST_CASE("power: a window counts the polls that read the clock held down, by reason", "[power]") {
+  // 20 polls 2 ms apart: the power cap at polls 0-14, a thermal slowdown with it at 10-14, HW
+  // power brake alone at 15-16, nothing at 17-19; poll 3 did not read its reasons.
+  const Clock::time_point t0 = Clock::now();
+  std::vector<PowerMeter::Sample> samples;
+  for (int i = 0; i < 20; ++i) {
+    PowerMeter::Sample s{t0 + milliseconds(2 * i), 1000000ULL + 1000ULL * i, 1500};
+    s.has_reasons = i != 3;
+    if (i < 15) s.reasons |= PowerMeter::kReasonPowerCap;
+    if (i >= 10 && i < 15) s.reasons |= 0x40;   // HW thermal slowdown
+    if (i == 15 || i == 16) s.reasons |= 0x80;  // HW power brake
+    s.reasons |= 0x1;                           // GPU idle: neither
+    samples.push_back(s);
+  }
+  const PowerMeter::Reading all = PowerMeter::average(samples, t0, t0 + milliseconds(38));
+  // 19 polls read: 14 capped (0-14 less 3), 7 slowed (10-16).
+  CHECK(all.power_capped == Approx(14.0 / 19));
+  CHECK(all.slowed == Approx(7.0 / 19));
+  const PowerMeter::Reading tail =
+      PowerMeter::average(samples, t0 + milliseconds(34), t0 + milliseconds(38));
+  CHECK(tail.power_capped == 0.0);
+  CHECK(tail.slowed == 0.0);
+  // No poll in the window read them: unknown, not zero.
+  for (PowerMeter::Sample& s : samples) s.has_reasons = false;
+  const PowerMeter::Reading none = PowerMeter::average(samples, t0, t0 + milliseconds(38));
+  CHECK(std::isnan(none.power_capped));
+  CHECK(std::isnan(none.slowed));
+}
+
 TEST_CASE("power: a meter that cannot open its device says why and reads nothing", "[power]") {
   // No NVML on a CPU-only machine; where there is one, no device sits at this bus id.
   PowerMeter meter("ffff:ff:1f.7");
@@ -124,6 +153,7 @@ TEST_CASE("power: a meter that cannot open its device says why and reads nothing
   const Clock::time_point now = Clock::now();
   CHECK_FALSE(meter.between(now - milliseconds(10), now).valid());
   CHECK_FALSE(meter.idle(milliseconds(0), milliseconds(1)).valid());
+  CHECK_FALSE(meter.reads_reasons());
 }
 
 TEST_CASE("power: a meter over an NVML samples inside its windows only", "[power]") {
@@ -151,6 +181,9 @@ TEST_CASE("power: a meter over an NVML samples inside its windows only", "[power
   CHECK(r.seconds > 0.2);
   CHECK(r.watts == Approx(500).epsilon(0.1));  // the poll's lag at either end: <= ~2 ms of 200+
   CHECK(r.sm_mhz == Approx(1234));
+  REQUIRE(meter.reads_reasons());
+  CHECK(r.power_capped == 1.0);  // every poll: the software power cap
+  CHECK(r.slowed == 0.0);
 
   const PowerMeter::Reading idle = meter.idle(milliseconds(20), milliseconds(200));
   REQUIRE(idle.valid());

@@ -1,8 +1,9 @@
-// A stand-in for libnvidia-ml with the seven entry points tools/power.cpp resolves, so that the
+// A stand-in for libnvidia-ml with the eight entry points tools/power.cpp resolves, so that the
 // power meter's loading, sampling thread and windows run in the CPU tests (test_power.cpp).
 // One device, at PCI bus id "0000:fa:00.0": a board drawing 500 W whose energy counter moves in
 // steps of 10 ms (as a real counter moves less often than it is polled), an SM clock of 1234
-// MHz and a 700 W limit. Return codes as nvml.h's: 0 success, 6 not found, 1 uninitialized.
+// MHz held down by the software power cap, and a 700 W limit. Return codes as nvml.h's: 0
+// success, 6 not found, 1 uninitialized.
 #include <chrono>
 #include <cstring>
 
@@ -58,6 +59,13 @@ int nvmlDeviceGetEnforcedPowerLimit(Device* device, unsigned* milliwatts) {
 int nvmlDeviceGetClockInfo(Device* device, int type, unsigned* mhz) {
   if (device != &the_device || type != 1) return kNotFound;  // NVML_CLOCK_SM only
   *mhz = 1234;
+  return kSuccess;
+}
+
+int nvmlDeviceGetCurrentClocksEventReasons(Device* device, unsigned long long* reasons) {
+  if (!initialized) return kUninitialized;
+  if (device != &the_device) return kNotFound;
+  *reasons = 0x4;  // nvmlClocksEventReasonSwPowerCap
   return kSuccess;
 }
 
