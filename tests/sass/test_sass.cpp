@@ -2,7 +2,8 @@
 // what each kernel's tile promises (issue 6: "Check the SASS: HGMMA present, no local-memory
 // spills"):
 //   - the wgmma GEMMs issue HGMMA of their tile's shapes and no HMMA; the TMA tiles load by
-//     UTMALDG, multicast in CTA pairs, and their warpgroups trade registers (USETMAXREG);
+//     UTMALDG, multicast in CTA pairs, and their warpgroups trade registers (USETMAXREG); no
+//     kernel asks L2 for TMA boxes ahead (UTMAPF) unless its tile says so;
 //   - the mma.sync GEMMs (the portable path, the decode GEMV and the fused decode kernel) issue
 //     HMMA and no HGMMA; the routing, dispatch and combine kernels neither;
 //   - no kernel reads or writes local memory (LDL, STL), and none has a compile log in which
@@ -36,6 +37,7 @@ struct Expected {
   bool hmma = false;
   bool tma = false;
   bool multicast = false;
+  bool prefetch = false;    // weight boxes asked of L2 ahead of their loads (UTMAPF)
   bool setmaxnreg = false;  // the warp-specialized kernels: producer and consumers trade registers
 };
 
@@ -125,8 +127,8 @@ void check_sass(const std::vector<Disassembled>& kernels) {
   for (const Disassembled& d : kernels) {
     INFO(d.name << "\nthe bucket's tile " << d.tile << "\nHGMMA " << d.counts.hgmma << ", HMMA "
                 << d.counts.hmma << ", UTMALDG " << d.counts.tma_loads << " (multicast "
-                << d.counts.tma_multicast << "), LDL/STL " << d.counts.local << ", "
-                << d.counts.instructions << " instructions\n"
+                << d.counts.tma_multicast << ", prefetch " << d.counts.tma_prefetch << "), LDL/STL "
+                << d.counts.local << ", " << d.counts.instructions << " instructions\n"
                 << d.error << (d.stalls.empty() ? "" : d.stalls.front()));
     REQUIRE(d.error.empty());
     REQUIRE(d.counts.instructions > 0);
@@ -145,6 +147,7 @@ void check_sass(const std::vector<Disassembled>& kernels) {
     CHECK((d.counts.hmma > 0) == d.expected.hmma);
     CHECK((d.counts.tma_loads > 0) == d.expected.tma);
     CHECK((d.counts.tma_multicast > 0) == d.expected.multicast);
+    CHECK((d.counts.tma_prefetch > 0) == d.expected.prefetch);
     CHECK((d.counts.setmaxnreg > 0) == d.expected.setmaxnreg);
   }
 }
@@ -185,19 +188,21 @@ TEST_CASE("nvdisasm's SASS lines are counted by opcode", "[sass]") {
       "        /*1280*/              @!P0 HMMA.16816.F32.BF16 R4, R8, R12, R4 ;\n"
       "        /*1290*/               @P1 UTMALDG.2D [UR8], [UR4] ;\n"
       "        /*12a0*/                   UTMALDG.2D.MULTICAST [UR8], [UR4], UR6 ;\n"
+      "        /*12a8*/                   UTMAPF.L2.2D [UR8], [UR12] ;\n"
       "        /*12b0*/                   STL.64 [R1], R2 ;\n"
       "        /*12c0*/                   LDL R3, [R1+0x8] ;\n"
       "        /*12d0*/                   HGMMA.64x160x16.F32.BF16 R104, gdesc[UR20], R104 ;\n"
       "        /*12e0*/                   USETMAXREG.TRY R0, 0xe0 ;\n"
       "        /*12f0*/                   BRA 0x12e0;\n";
   const SassCounts counts = test::count_sass(sass);
-  CHECK(counts.instructions == 11);
+  CHECK(counts.instructions == 12);
   CHECK(counts.setmaxnreg == 1);
   CHECK(counts.hgmma == 3);
   CHECK(counts.hgmma_n == std::map<int, int>{{8, 1}, {160, 2}});
   CHECK(counts.hmma == 1);
   CHECK(counts.tma_loads == 2);
   CHECK(counts.tma_multicast == 1);
+  CHECK(counts.tma_prefetch == 1);
   CHECK(counts.local == 2);
 }
 

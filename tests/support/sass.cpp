@@ -151,6 +151,8 @@ SassCounts count_sass(const std::string& sass) {
     } else if (base == "UTMALDG") {
       ++counts.tma_loads;
       if (opcode.find(".MULTICAST") != std::string_view::npos) ++counts.tma_multicast;
+    } else if (base == "UTMAPF") {
+      ++counts.tma_prefetch;
     } else if (base == "LDL" || base == "STL") {
       ++counts.local;
     } else if (base == "USETMAXREG") {

@@ -26,6 +26,7 @@ struct SassCounts {
   int hmma = 0;
   int tma_loads = 0;      // UTMALDG, multicast or not
   int tma_multicast = 0;  // UTMALDG.*.MULTICAST
+  int tma_prefetch = 0;   // UTMAPF: a TMA box asked of L2 (cp.async.bulk.prefetch.tensor)
   int local = 0;          // LDL and STL: local memory
   int setmaxnreg = 0;     // USETMAXREG: warpgroups trading registers (producer / consumers)
 };
