@@ -4,15 +4,16 @@
 // the home of a line within a 2 MiB page to be an XOR of offset bits (MASK, an argument); the
 // page's own contribution (its physical frame) is measured here, one line a page.
 //
-//   1. Block 0 times a write-then-read of the first line of every 2 MiB page: the page's phase
-//      (near or far for block 0's SM, XOR the mask's parity of that line's offset: 0).
+//   1. Block 0 times an atomic on the first line of every 2 MiB page: the page's phase (near or
+//      far for block 0's SM, XOR the mask's parity of that line's offset: 0).
 //   2. One block an SM (the dynamic shared memory allows one) times 64 lines of page 0 and sorts
 //      itself into block 0's partition (its near and far agree with block 0's) or the other.
 //   3. Streams: every line read once (plain), each SM reading only lines of its own partition
 //      (local), and each only lines of the other (remote), timed by events, best of 5, 4 GiB.
 //
-// Not run yet: it needs the mask that l2_partition.cu was to find (PERF.md 18c), and uses the
-// same write-then-read timing, which 18c found does not wait for the load (fix both together).
+// Not run yet: it needs the mask that l2_partition.cu is to find (PERF.md 18c, 38d). Since 38d
+// both probes time atomics (timed_atomic: done at the line's home slice), not a read right after
+// a write, which a copy in the reader's partition may serve.
 // Usage: l2_local_stream MASK_HEX   (e.g. 0x2a00: bits of the offset inside a 2 MiB page)
 // Build: nvcc -O3 -gencode=arch=compute_90a,code=sm_90a -o l2_local_stream l2_local_stream.cu
 #include <cuda_runtime.h>
@@ -33,8 +34,7 @@ __device__ __forceinline__ int parity(unsigned long long x) { return __popcll(x)
 __global__ void page_phases(unsigned* buf, int pages, unsigned* lat) {
   if (threadIdx.x != 0) return;
   for (int i = 0; i < pages; ++i) {
-    lat[i] = write_then_read(reinterpret_cast<unsigned*>(reinterpret_cast<char*>(buf) + i * kPage),
-                             i + 1);
+    lat[i] = timed_atomic(reinterpret_cast<unsigned*>(reinterpret_cast<char*>(buf) + i * kPage));
   }
 }
 
@@ -47,7 +47,7 @@ __global__ void sm_probe(unsigned* buf, unsigned* lat, unsigned* sm) {
   for (int i = 0; i < 64; ++i) {
     const long long off = kPage + (blockIdx.x * 64ll + i) * 128;
     lat[blockIdx.x * 64 + i] =
-        write_then_read(reinterpret_cast<unsigned*>(reinterpret_cast<char*>(buf) + off), i + 1);
+        timed_atomic(reinterpret_cast<unsigned*>(reinterpret_cast<char*>(buf) + off));
   }
 }
 
