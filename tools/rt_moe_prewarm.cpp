@@ -3,6 +3,7 @@
 // Needs NVRTC but no GPU (then --arch says what to compile for).
 //
 //   rt_moe_prewarm --preset deepseek-v3 --arch sm_90a --jobs 16
+//   rt_moe_prewarm --kernels kernels.tsv     # the kernels a process logged (RT_MOE_KERNEL_LOG)
 //
 // The last line on stdout is always the summary:
 //   prewarm: <N> kernels, <H> cache hits, <C> compiled, <S> s
@@ -15,8 +16,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <fstream>
 #include <mutex>
+#include <optional>
 #include <regex>
+#include <set>
 #include <thread>
 #include <unordered_set>
 #include <vector>
@@ -41,6 +45,7 @@ struct Options {
   int jobs = 0;                 // 0: one per hardware thread
   std::string cache_dir;
   bool tune = false;
+  std::string kernels_file;  // --kernels: a kernel log (kernels.h) instead of a model
 };
 
 // Shows how far the compile got: a redrawn bar on a terminal, one line per kernel otherwise
@@ -151,28 +156,77 @@ void tune_on_gpu(const MoeConfig& config, std::int64_t max_tokens, const std::st
                std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
 }
 
+// The distinct kernels of a kernel log (RT_MOE_KERNEL_LOG), each for the arch it was logged for
+// unless `arch` is given.
+std::vector<std::pair<KernelSpec, std::string>> logged_specs(const std::string& path,
+                                                             const std::string& arch) {
+  std::ifstream in(path);
+  if (!in) throw UsageError(fmt::format("--kernels: cannot read '{}'", path));
+  std::vector<std::pair<KernelSpec, std::string>> specs;
+  std::unordered_set<std::string> seen;
+  std::string line;
+  for (int number = 1; std::getline(in, line); ++number) {
+    std::optional<std::pair<KernelSpec, std::string>> parsed;
+    try {
+      parsed = parse_kernel_log_line(line);
+    } catch (const Error& error) {
+      throw UsageError(fmt::format("--kernels: {} line {}: {}", path, number, error.what()));
+    }
+    if (!parsed) continue;
+    if (!arch.empty()) parsed->second = arch;
+    if (seen.insert(parsed->second + '\n' + parsed->first.source()).second) {
+      specs.push_back(std::move(*parsed));
+    }
+  }
+  if (specs.empty()) throw UsageError(fmt::format("--kernels: '{}' names no kernel", path));
+  return specs;
+}
+
 int prewarm(const Options& options) {
   // Before anything reads the environment: the cache and the logger read it once, on first use.
   if (!options.cache_dir.empty() && setenv("RT_MOE_CACHE_DIR", options.cache_dir.c_str(), 1) != 0) {
     throw UsageError(fmt::format("cannot set RT_MOE_CACHE_DIR to '{}'", options.cache_dir));
   }
-  const ModelConfig model = options.model.load();
+  const bool logged = !options.kernels_file.empty();
+  if (logged && (!options.model.preset.empty() || !options.model.config_file.empty() ||
+                 !options.model.dtype.empty() || !options.model.y_dtype.empty() ||
+                 options.max_tokens > 0 || options.tune)) {
+    throw UsageError(
+        "--kernels names the kernels itself: give no --preset, --config, --dtype, --y-dtype, "
+        "--max-tokens or --tune with it");
+  }
+  const ModelConfig model = logged ? ModelConfig{} : options.model.load();
   const MoeConfig& config = model.moe;
   const std::int64_t max_tokens = options.max_tokens > 0 ? options.max_tokens : model.max_tokens;
-  const std::string arch = pick_arch(options.arch);
+  // A log's lines carry their arch; --arch overrides them.
+  const std::string arch = logged && options.arch.empty() ? "" : pick_arch(options.arch);
   std::string why;
   if (!nvrtc::available(&why)) throw Error(ErrorCode::kNoCompiler, why);
 
   std::size_t buckets = 0;
-  const std::vector<KernelSpec> specs =
-      prewarm_specs(config, max_tokens, arch, options.tune, &buckets);
+  std::vector<std::pair<KernelSpec, std::string>> specs;
+  if (logged) {
+    specs = logged_specs(options.kernels_file, arch);
+  } else {
+    for (KernelSpec& spec : prewarm_specs(config, max_tokens, arch, options.tune, &buckets)) {
+      specs.emplace_back(std::move(spec), arch);
+    }
+  }
   cache::CubinCache& cache = cubin_cache();
   const int jobs =
       std::max(1, options.jobs > 0 ? options.jobs : int(std::thread::hardware_concurrency()));
-  std::fprintf(stderr,
-               "prewarm: %s (%s) for %s, %zu buckets up to %lld tokens, NVRTC %s, %d jobs\n",
-               model.name.c_str(), config.describe().c_str(), arch.c_str(), buckets,
-               (long long)max_tokens, nvrtc::version().c_str(), jobs);
+  if (logged) {
+    std::set<std::string> archs;
+    for (const auto& item : specs) archs.insert(item.second);
+    std::fprintf(stderr, "prewarm: the kernels of %s for %s, NVRTC %s, %d jobs\n",
+                 options.kernels_file.c_str(), fmt::format("{}", fmt::join(archs, ", ")).c_str(),
+                 nvrtc::version().c_str(), jobs);
+  } else {
+    std::fprintf(stderr,
+                 "prewarm: %s (%s) for %s, %zu buckets up to %lld tokens, NVRTC %s, %d jobs\n",
+                 model.name.c_str(), config.describe().c_str(), arch.c_str(), buckets,
+                 (long long)max_tokens, nvrtc::version().c_str(), jobs);
+  }
   if (cache.persistent()) {
     std::fprintf(stderr, "prewarm: cache %s\n", cache.dir().c_str());
   } else {
@@ -191,9 +245,9 @@ int prewarm(const Options& options) {
   auto worker = [&] {
     for (std::size_t i; !failed && (i = next++) < specs.size();) {
       try {
-        CompiledCubin cubin = compile_cubin(specs[i], arch, cache);
+        CompiledCubin cubin = compile_cubin(specs[i].first, specs[i].second, cache);
         (cubin.source == cache::Source::kCompiled ? compiled : hits)++;
-        progress.done(specs[i], cubin);
+        progress.done(specs[i].first, cubin);
       } catch (...) {
         std::lock_guard<std::mutex> lock(error_mutex);
         if (!first_error) first_error = std::current_exception();
@@ -234,6 +288,10 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(1, 1024));
   app.add_option("--cache-dir", options.cache_dir,
                  "Kernel cache directory (sets RT_MOE_CACHE_DIR; default: the environment's)");
+  app.add_option("--kernels", options.kernels_file,
+                 "A kernel log (a process run with RT_MOE_KERNEL_LOG=FILE): compile exactly its "
+                 "kernels, each for the arch it names unless --arch is given, instead of a "
+                 "model's");
   app.add_flag("--tune", options.tune,
                "Also compile every tile candidate of the tuner; with a GPU, tune every bucket "
                "(random weights) into the tuning store that later processes reuse");

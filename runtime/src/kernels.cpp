@@ -3,7 +3,11 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <unordered_set>
 
 #include "base/env.h"
 #include "base/log.h"
@@ -28,6 +32,78 @@ std::pair<std::uint64_t, std::uint64_t> reduce_timeline(const std::vector<std::u
     end = std::max(end, words[s + 1]);
   }
   return {start, end};
+}
+
+std::string kernel_log_line(const KernelSpec& spec, const std::string& arch) {
+  return fmt::format("{}\t{}\t{}\t{}\t{}\t{}", arch, spec.family, spec.header, spec.instance,
+                     spec.params, spec.min_blocks);
+}
+
+std::optional<std::pair<KernelSpec, std::string>> parse_kernel_log_line(const std::string& line) {
+  if (line.find_first_not_of(" \t\r") == std::string::npos || line.front() == '#') {
+    return std::nullopt;
+  }
+  std::vector<std::string> fields;
+  for (std::size_t start = 0;;) {
+    const std::size_t tab = line.find('\t', start);
+    fields.push_back(
+        line.substr(start, tab == std::string::npos ? std::string::npos : tab - start));
+    if (tab == std::string::npos) break;
+    start = tab + 1;
+  }
+  if (!fields.empty() && !fields.back().empty() && fields.back().back() == '\r') {
+    fields.back().pop_back();
+  }
+  const auto bad = [&](const std::string& what) {
+    return Error(ErrorCode::kInvalidArgument,
+                 fmt::format("kernel log line '{}': {} (want 6 tab-separated fields: arch, "
+                             "family, header, instance, params, min_blocks)",
+                             line, what));
+  };
+  if (fields.size() != 6) throw bad(fmt::format("{} fields", fields.size()));
+  for (const std::string& field : fields) {
+    if (field.empty()) throw bad("an empty field");
+  }
+  if (fields[0].rfind("sm_", 0) != 0) throw bad(fmt::format("arch '{}' is no sm_XY", fields[0]));
+  KernelSpec spec;
+  spec.family = fields[1];
+  spec.header = fields[2];
+  spec.instance = fields[3];
+  spec.params = fields[4];
+  std::size_t used = 0;
+  try {
+    spec.min_blocks = std::stoi(fields[5], &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != fields[5].size() || spec.min_blocks < 0) {
+    throw bad(fmt::format("min_blocks '{}' is no count", fields[5]));
+  }
+  return std::make_pair(std::move(spec), fields[0]);
+}
+
+void append_kernel_log(const std::string& path, const KernelSpec& spec, const std::string& arch) {
+  static std::mutex mutex;
+  static std::unordered_set<std::string> written;
+  static bool warned = false, started = false;
+  const std::string line = kernel_log_line(spec, arch);
+  std::lock_guard<std::mutex> lock(mutex);
+  if (!written.insert(path + '\n' + line).second) return;
+  std::FILE* file = std::fopen(path.c_str(), "a");
+  bool ok = file != nullptr;
+  if (ok) {
+    if (!started && std::fseek(file, 0, SEEK_END) == 0 && std::ftell(file) == 0) {
+      ok = std::fputs("# rt_moe kernel log: arch family header instance params min_blocks\n",
+                      file) >= 0;
+    }
+    started = true;
+    ok = ok && std::fprintf(file, "%s\n", line.c_str()) >= 0;
+    ok = std::fclose(file) == 0 && ok;
+  }
+  if (!ok && !warned) {
+    warned = true;
+    log().warn("RT_MOE_KERNEL_LOG: cannot append to '{}': {}", path, std::strerror(errno));
+  }
 }
 
 std::string KernelSpec::source() const { return source(env().stage_timeline); }
@@ -93,6 +169,7 @@ cache::CubinCache& cubin_cache() {
 CompiledCubin compile_cubin(const KernelSpec& spec, const std::string& arch,
                             cache::CubinCache& cache) {
   auto start = std::chrono::steady_clock::now();
+  if (!env().kernel_log.empty()) append_kernel_log(env().kernel_log, spec, arch);
   cache::Lookup lookup = cache.get_or_compile(spec.preimage(arch), [&] {
     nvrtc::Request request;
     request.name = spec.name();

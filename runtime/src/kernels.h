@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <unordered_map>
@@ -51,6 +52,19 @@ inline constexpr std::size_t kTimelineBytes =
 std::vector<std::uint64_t> cleared_timeline();
 // {start, end} over the slots of a timeline global's contents (start ~0: no block ran).
 std::pair<std::uint64_t, std::uint64_t> reduce_timeline(const std::vector<std::uint64_t>& words);
+
+// The kernel log (EnvConfig::kernel_log, RT_MOE_KERNEL_LOG): one line a kernel, tab-separated
+//   ARCH FAMILY HEADER INSTANCE PARAMS MIN_BLOCKS
+// (no field holds a tab), so that `rt_moe_prewarm --kernels FILE` compiles the same kernels again.
+// Lines starting with '#' and blank lines are comments.
+std::string kernel_log_line(const KernelSpec& spec, const std::string& arch);
+// The spec and arch of one line of a kernel log; nullopt for a comment or blank line. Throws
+// Error(kInvalidArgument) naming what is wrong with a malformed line.
+std::optional<std::pair<KernelSpec, std::string>> parse_kernel_log_line(const std::string& line);
+// Appends kernel_log_line(spec, arch) to the file at `path`, once a process for each distinct
+// line (a header comment first when this process starts the file). A file that cannot be written
+// is warned about once; the kernel runs all the same.
+void append_kernel_log(const std::string& path, const KernelSpec& spec, const std::string& arch);
 
 // The process-wide cubin cache, configured from the environment on first use.
 cache::CubinCache& cubin_cache();

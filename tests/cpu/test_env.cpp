@@ -32,4 +32,12 @@ TEST_CASE("RT_MOE_STAGE_TIMELINE: on for 1, off when unset or 0", "[env]") {
   fake().clear();
 }
 
+TEST_CASE("RT_MOE_KERNEL_LOG: the file to log kernels to, none when unset", "[env]") {
+  fake().clear();
+  CHECK(parse_env(fake_get).kernel_log.empty());
+  fake()["RT_MOE_KERNEL_LOG"] = std::string("/tmp/kernels.tsv");
+  CHECK(parse_env(fake_get).kernel_log == "/tmp/kernels.tsv");
+  fake().clear();
+}
+
 }  // namespace rt_moe

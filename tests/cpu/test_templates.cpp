@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include <cstdint>
+#include <fstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -18,6 +19,7 @@
 #include "reference.h"
 #include "rt_moe/error.h"
 #include "specs.h"
+#include "test_util.h"
 
 namespace rt_moe {
 
@@ -383,6 +385,66 @@ TEST_CASE("kernel sources differ per shape and tile, and keys with them", "[nvrt
         gemm_spec(y32, GemmStage::kGateUp, t2).source());
   CHECK(!(gemm_spec(a, GemmStage::kDown, t1).preimage("sm_90a").key() ==
           gemm_spec(a, GemmStage::kDown, t1).preimage("sm_80").key()));
+}
+
+TEST_CASE("the kernel log: a line gives back its spec and arch; malformed lines are named",
+          "[kernels]") {
+  const MoeConfig c = make_config(7168, 2048, 256, 1, 8, DType::kBF16);
+  for (const KernelSpec& spec : forward_specs(c, 4096, "sm_90a")) {
+    const std::string line = kernel_log_line(spec, "sm_90a");
+    INFO(line);
+    const auto parsed = parse_kernel_log_line(line);
+    REQUIRE(parsed.has_value());
+    CHECK(parsed->second == "sm_90a");
+    CHECK(parsed->first.family == spec.family);
+    CHECK(parsed->first.min_blocks == spec.min_blocks);
+    // The same cache entry: everything that makes the cubin came through.
+    CHECK(parsed->first.preimage("sm_90a").key() == spec.preimage("sm_90a").key());
+    CHECK(parse_kernel_log_line(line + "\r").has_value());  // a CRLF file
+  }
+  CHECK_FALSE(parse_kernel_log_line("").has_value());
+  CHECK_FALSE(parse_kernel_log_line("  \t").has_value());
+  CHECK_FALSE(parse_kernel_log_line("# rt_moe kernel log").has_value());
+  const auto rejects = [](const std::string& line, const std::string& named) {
+    INFO(line);
+    try {
+      parse_kernel_log_line(line);
+      FAIL("accepted");
+    } catch (const Error& error) {
+      CHECK(error.code() == ErrorCode::kInvalidArgument);
+      CHECK(std::string(error.what()).find(named) != std::string::npos);
+    }
+  };
+  rejects("sm_90a\tcombine\tcombine.cuh\trt_moe::Combine<1>\trt_moe::CombineParams", "5 fields");
+  rejects("sm_90a\tcombine\t\trt_moe::Combine<1>\trt_moe::CombineParams\t0", "an empty field");
+  rejects("compute_90\tcombine\tcombine.cuh\trt_moe::Combine<1>\trt_moe::CombineParams\t0",
+          "compute_90");
+  rejects("sm_90a\tcombine\tcombine.cuh\trt_moe::Combine<1>\trt_moe::CombineParams\t1x", "'1x'");
+  rejects("sm_90a\tcombine\tcombine.cuh\trt_moe::Combine<1>\trt_moe::CombineParams\t-1", "'-1'");
+}
+
+TEST_CASE("the kernel log: each distinct kernel appended once, after one header line",
+          "[kernels]") {
+  test::TempDir dir;
+  const std::string path = (dir.path() / "kernels.tsv").string();
+  const MoeConfig c = make_config(7168, 2048, 256, 1, 8, DType::kBF16);
+  const std::vector<KernelSpec> specs = forward_specs(c, 4096, "sm_90a");
+  REQUIRE(specs.size() >= 2);
+  append_kernel_log(path, specs[0], "sm_90a");
+  append_kernel_log(path, specs[1], "sm_90a");
+  append_kernel_log(path, specs[0], "sm_90a");  // again: not written
+  append_kernel_log(path, specs[0], "sm_80");   // another arch: another kernel
+  std::ifstream in(path);
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  REQUIRE(lines.size() == 4);
+  CHECK(lines[0].rfind("# rt_moe kernel log", 0) == 0);
+  CHECK(lines[1] == kernel_log_line(specs[0], "sm_90a"));
+  CHECK(lines[2] == kernel_log_line(specs[1], "sm_90a"));
+  CHECK(lines[3] == kernel_log_line(specs[0], "sm_80"));
+  // An unwritable file: a warning, no exception (the kernel runs all the same).
+  CHECK_NOTHROW(
+      append_kernel_log((dir.path() / "no" / "such" / "dir.tsv").string(), specs[0], "sm_90a"));
 }
 
 }  // namespace rt_moe

@@ -30,9 +30,11 @@ struct ToolRun {
   std::string output;  // stdout and stderr
 };
 
-// Runs `tool` (in RT_MOE_TOOLS_DIR) with `args` through the shell, capturing its output.
-ToolRun run_tool(const std::string& tool, const std::string& args) {
-  const std::string command = std::string(RT_MOE_TOOLS_DIR) + "/" + tool + " " + args + " 2>&1";
+// Runs `tool` (in RT_MOE_TOOLS_DIR) with `args` through the shell, capturing its output; `env`
+// ("NAME=VALUE ...") is set for the tool alone.
+ToolRun run_tool(const std::string& tool, const std::string& args, const std::string& env = "") {
+  const std::string command = env + (env.empty() ? "" : " ") + std::string(RT_MOE_TOOLS_DIR) + "/" +
+                              tool + " " + args + " 2>&1";
   ToolRun run;
   FILE* pipe = popen(command.c_str(), "r");
   REQUIRE(pipe != nullptr);
@@ -120,6 +122,67 @@ TEST_CASE("tools: rt_moe_prewarm --tune also compiles every tile candidate, then
   ToolRun again = run_tool("rt_moe_prewarm", args + " --tune");
   REQUIRE(again.exit_code == 0);
   CHECK(parse_summary(again.output).compiled == 0);
+}
+
+TEST_CASE("tools: a process's kernel log (RT_MOE_KERNEL_LOG) prewarms the same kernels elsewhere",
+          "[tools][nvrtc]") {
+  TempDir dir;
+  const fs::path log = dir.path() / "kernels.tsv";
+  const std::string first_cache = (dir.path() / "first").string();
+  // The logging process: a prewarm, whose every compile and cache hit is a kernel it loads.
+  ToolRun logged = run_tool("rt_moe_prewarm",
+                            "--preset tiny --arch sm_90a --max-tokens 64 --jobs 2 "
+                            "--cache-dir " +
+                                first_cache,
+                            "RT_MOE_KERNEL_LOG=" + log.string());
+  INFO(logged.output);
+  REQUIRE(logged.exit_code == 0);
+  const Summary model = parse_summary(logged.output);
+  std::ifstream in(log);
+  int lines = 0, comments = 0;
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind('#', 0) == 0) {
+      ++comments;
+    } else {
+      REQUIRE(parse_kernel_log_line(line).has_value());
+      CHECK(parse_kernel_log_line(line)->second == "sm_90a");
+      ++lines;
+    }
+  }
+  CHECK(comments == 1);
+  CHECK(lines == model.kernels);  // each distinct kernel once
+
+  // Another cache, from the log alone: the same kernels, compiled; then only hits.
+  const std::string args =
+      "--kernels " + log.string() + " --jobs 2 --cache-dir " + (dir.path() / "second").string();
+  ToolRun replay = run_tool("rt_moe_prewarm", args);
+  INFO(replay.output);
+  REQUIRE(replay.exit_code == 0);
+  const Summary cold = parse_summary(replay.output);
+  CHECK(cold.kernels == model.kernels);
+  CHECK(cold.compiled == model.kernels);
+  ToolRun again = run_tool("rt_moe_prewarm", args);
+  REQUIRE(again.exit_code == 0);
+  CHECK(parse_summary(again.output).hits == model.kernels);
+  // The first cache already holds them: the log names the very cache entries.
+  ToolRun first =
+      run_tool("rt_moe_prewarm", "--kernels " + log.string() + " --cache-dir " + first_cache);
+  REQUIRE(first.exit_code == 0);
+  CHECK(parse_summary(first.output).hits == model.kernels);
+
+  // A model with it, or a malformed line: exit 2, naming the problem and the line.
+  ToolRun both = run_tool("rt_moe_prewarm", "--kernels " + log.string() + " --preset tiny");
+  CHECK(both.exit_code == 2);
+  CHECK(both.output.find("--kernels") != std::string::npos);
+  const fs::path bad = dir.path() / "bad.tsv";
+  std::ofstream(bad) << "# a comment\n\nsm_90a\tcombine\tcombine.cuh\n";
+  ToolRun malformed = run_tool("rt_moe_prewarm", "--kernels " + bad.string());
+  CHECK(malformed.exit_code == 2);
+  CHECK(malformed.output.find("line 3") != std::string::npos);
+  CHECK(malformed.output.find("3 fields") != std::string::npos);
+  ToolRun missing = run_tool("rt_moe_prewarm", "--kernels " + (dir.path() / "none.tsv").string());
+  CHECK(missing.exit_code == 2);
+  CHECK(missing.output.find("none.tsv") != std::string::npos);
 }
 
 TEST_CASE("tools: rt_moe_prewarm: bad flags and values exit 2 with a message", "[tools]") {

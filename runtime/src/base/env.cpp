@@ -28,6 +28,7 @@ EnvConfig parse_env(const char* (*get)(const char* name)) {
   }  // else: no usable location; the cache runs in memory.
   config.cache_disabled = truthy(get("RT_MOE_DISABLE_CACHE"));
   config.stage_timeline = truthy(get("RT_MOE_STAGE_TIMELINE"));
+  if (const char* file = get("RT_MOE_KERNEL_LOG"); file != nullptr) config.kernel_log = file;
 
   config.cache_max_bytes = kDefaultCacheMaxMb << 20;
   if (const char* mb = get("RT_MOE_CACHE_MAX_MB"); mb != nullptr && *mb != '\0') {

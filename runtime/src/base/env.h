@@ -16,6 +16,10 @@ struct EnvConfig {
   // ended (MoeRuntime::stage_timeline); a diagnostic, it changes the kernels' source and cache
   // keys.
   bool stage_timeline = false;
+  // RT_MOE_KERNEL_LOG=FILE: every distinct kernel the process compiles or loads from the cache is
+  // appended to FILE as one line (kernels.h: kernel_log_line), which `rt_moe_prewarm --kernels
+  // FILE` compiles into another cache: the kernels a workload needs, without its model's config.
+  std::string kernel_log;
   std::string cuda_home;  // CUDA_HOME, else CUDA_PATH (may be empty)
 };
 
