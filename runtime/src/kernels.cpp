@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <regex>
 #include <unordered_set>
 
 #include "base/env.h"
@@ -64,7 +65,10 @@ std::optional<std::pair<KernelSpec, std::string>> parse_kernel_log_line(const st
   for (const std::string& field : fields) {
     if (field.empty()) throw bad("an empty field");
   }
-  if (fields[0].rfind("sm_", 0) != 0) throw bad(fmt::format("arch '{}' is no sm_XY", fields[0]));
+  static const std::regex kArch("sm_[0-9]+[af]?");
+  if (!std::regex_match(fields[0], kArch)) {
+    throw bad(fmt::format("arch '{}' is no target like sm_90a", fields[0]));
+  }
   KernelSpec spec;
   spec.family = fields[1];
   spec.header = fields[2];
@@ -85,18 +89,18 @@ std::optional<std::pair<KernelSpec, std::string>> parse_kernel_log_line(const st
 void append_kernel_log(const std::string& path, const KernelSpec& spec, const std::string& arch) {
   static std::mutex mutex;
   static std::unordered_set<std::string> written;
-  static bool warned = false, started = false;
+  static bool warned = false;
   const std::string line = kernel_log_line(spec, arch);
   std::lock_guard<std::mutex> lock(mutex);
   if (!written.insert(path + '\n' + line).second) return;
   std::FILE* file = std::fopen(path.c_str(), "a");
   bool ok = file != nullptr;
   if (ok) {
-    if (!started && std::fseek(file, 0, SEEK_END) == 0 && std::ftell(file) == 0) {
+    // A new file starts with a header (two processes starting it at once may both write one).
+    if (std::fseek(file, 0, SEEK_END) == 0 && std::ftell(file) == 0) {
       ok = std::fputs("# rt_moe kernel log: arch family header instance params min_blocks\n",
                       file) >= 0;
     }
-    started = true;
     ok = ok && std::fprintf(file, "%s\n", line.c_str()) >= 0;
     ok = std::fclose(file) == 0 && ok;
   }

@@ -62,7 +62,7 @@ std::string kernel_log_line(const KernelSpec& spec, const std::string& arch);
 // Error(kInvalidArgument) naming what is wrong with a malformed line.
 std::optional<std::pair<KernelSpec, std::string>> parse_kernel_log_line(const std::string& line);
 // Appends kernel_log_line(spec, arch) to the file at `path`, once a process for each distinct
-// line (a header comment first when this process starts the file). A file that cannot be written
+// line (a header comment first in an empty file). A file that cannot be written
 // is warned about once; the kernel runs all the same.
 void append_kernel_log(const std::string& path, const KernelSpec& spec, const std::string& arch);
 

@@ -419,6 +419,7 @@ TEST_CASE("the kernel log: a line gives back its spec and arch; malformed lines 
   rejects("sm_90a\tcombine\t\trt_moe::Combine<1>\trt_moe::CombineParams\t0", "an empty field");
   rejects("compute_90\tcombine\tcombine.cuh\trt_moe::Combine<1>\trt_moe::CombineParams\t0",
           "compute_90");
+  rejects("sm_90x\tcombine\tcombine.cuh\trt_moe::Combine<1>\trt_moe::CombineParams\t0", "sm_90x");
   rejects("sm_90a\tcombine\tcombine.cuh\trt_moe::Combine<1>\trt_moe::CombineParams\t1x", "'1x'");
   rejects("sm_90a\tcombine\tcombine.cuh\trt_moe::Combine<1>\trt_moe::CombineParams\t-1", "'-1'");
 }
@@ -437,11 +438,18 @@ TEST_CASE("the kernel log: each distinct kernel appended once, after one header 
   std::ifstream in(path);
   std::vector<std::string> lines;
   for (std::string line; std::getline(in, line);) lines.push_back(line);
-  REQUIRE(lines.size() == 4);
+  REQUIRE(lines.size() == 4);  // the header, then three kernels
   CHECK(lines[0].rfind("# rt_moe kernel log", 0) == 0);
   CHECK(lines[1] == kernel_log_line(specs[0], "sm_90a"));
   CHECK(lines[2] == kernel_log_line(specs[1], "sm_90a"));
   CHECK(lines[3] == kernel_log_line(specs[0], "sm_80"));
+  // Another file gets its own header.
+  const std::string other = (dir.path() / "other.tsv").string();
+  append_kernel_log(other, specs[1], "sm_90a");
+  std::ifstream second(other);
+  std::string header;
+  REQUIRE(std::getline(second, header));
+  CHECK(header.rfind("# rt_moe kernel log", 0) == 0);
   // An unwritable file: a warning, no exception (the kernel runs all the same).
   CHECK_NOTHROW(
       append_kernel_log((dir.path() / "no" / "such" / "dir.tsv").string(), specs[0], "sm_90a"));
