@@ -464,6 +464,15 @@ std::string check_cell(const TokenResult& r) {
 // NaN (not measured) is written as null.
 json number(double v) { return std::isfinite(v) ? json(v) : json(nullptr); }
 
+// A power window's reading (PowerMeter::Reading), NaN as null.
+json reading_json(const PowerMeter::Reading& r) {
+  return json{{"watts", number(r.watts)},
+              {"sm_mhz", number(r.sm_mhz)},
+              {"counter_updates", r.updates},
+              {"power_capped", number(r.power_capped)},
+              {"slowed", number(r.slowed)}};
+}
+
 json result_json(const TokenResult& r) {
   json j = {{"tokens", r.tokens},
             {"plan", r.plan},
@@ -490,14 +499,10 @@ json result_json(const TokenResult& r) {
             {"burst_floor_ms", r.burst_floor_ms},
             {"time_over_burst_floor", r.over_burst_floor},
             {"steady_forwards", r.steady_forwards}};
-  j["power"] = {{"watts", number(r.power.watts)},
-                {"sm_mhz", number(r.power.sm_mhz)},
-                {"counter_updates", r.power.updates},
-                {"power_capped", number(r.power.power_capped)},
-                {"slowed", number(r.power.slowed)},
-                {"joules_per_forward", number(r.joules_per_forward)},
-                {"power_floor_ms", number(r.power_floor_ms)},
-                {"time_over_power_floor", number(r.over_power_floor)}};
+  j["power"] = reading_json(r.power);
+  j["power"]["joules_per_forward"] = number(r.joules_per_forward);
+  j["power"]["power_floor_ms"] = number(r.power_floor_ms);
+  j["power"]["time_over_power_floor"] = number(r.over_power_floor);
   if (r.checked) {
     j["check"] = {{"pass", r.check.pass()},
                   {"rel_l2", r.check.comparison.rel_l2},
@@ -885,23 +890,16 @@ int bench(const Options& options) {
                   {"gemm_steady_last_flops_per_s", gemm.steady_last}}},
                 {"launch_us_t1", launch_us},
                 {"results", json::array()}};
-    const auto reading = [&](const PowerMeter::Reading& r) {
-      return json{{"watts", number(r.watts)},
-                  {"sm_mhz", number(r.sm_mhz)},
-                  {"counter_updates", r.updates},
-                  {"power_capped", number(r.power_capped)},
-                  {"slowed", number(r.slowed)}};
-    };
     if (live == nullptr) {
       doc["power"] = {{"measured", false},
                       {"why", meter == nullptr ? std::string("--no-power") : meter->why()}};
     } else {
       doc["power"] = {{"measured", true},
                       {"limit_w", live->limit_w()},
-                      {"idle", reading(idle_power)},
-                      {"hbm_read", reading(read_power)},
+                      {"idle", reading_json(idle_power)},
+                      {"hbm_read", reading_json(read_power)},
                       {"hbm_read_steady_bytes_per_s", hbm_steady.value},
-                      {"gemm", reading(gemm_power)},
+                      {"gemm", reading_json(gemm_power)},
                       {"model_valid", power.valid()},
                       {"joules_per_flop", number(power.valid() ? power.joules_per_flop() : NAN)},
                       {"joules_per_byte", number(power.valid() ? power.joules_per_byte() : NAN)}};

@@ -19,7 +19,6 @@
 #include <fstream>
 #include <mutex>
 #include <optional>
-#include <regex>
 #include <set>
 #include <thread>
 #include <unordered_set>
@@ -86,9 +85,7 @@ class Progress {
 
 std::string pick_arch(const std::string& requested) {
   if (!requested.empty()) {
-    // NVRTC's real targets: sm_XY, with the arch-specific 'a' or family 'f' suffix.
-    static const std::regex kArch("sm_[0-9]{2,3}[af]?");
-    if (!std::regex_match(requested, kArch)) {
+    if (!nvrtc::is_target(requested)) {
       throw UsageError(fmt::format("--arch '{}' is not a target like sm_90a or sm_80", requested));
     }
     return requested;

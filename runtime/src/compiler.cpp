@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <regex>
 #include <string_view>
 
 #include "base/env.h"
@@ -207,6 +208,11 @@ Result compile(const Request& request) {
               result.seconds, result.cubin.size());
   if (!result.log.empty()) log().debug("NVRTC log for {}:\n{}", request.name, result.log);
   return result;
+}
+
+bool is_target(const std::string& arch) {
+  static const std::regex kTarget("sm_[0-9]{2,3}[af]?");
+  return std::regex_match(arch, kTarget);
 }
 
 std::vector<std::string> wgmma_stalls(const std::string& log) {

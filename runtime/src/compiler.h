@@ -32,6 +32,10 @@ std::vector<std::string> options(const std::string& arch);
 // NVRTC fails or produces an empty cubin (NVRTC 13 can report success with an empty cubin).
 Result compile(const Request& request);
 
+// Whether `arch` is a real target NVRTC compiles cubins for: sm_XY or sm_XYZ, with the
+// arch-specific 'a' or family 'f' suffix (sm_80, sm_90a, sm_100f).
+bool is_target(const std::string& arch);
+
 // The lines of a compile log in which ptxas says the tensor pipe loses its overlap: every
 // "Potential Performance Loss" (C7510 to C7515: it serialized the wgmma instructions, and why),
 // and an injected warpgroup.wait before registers a wgmma defines are read (C7517), which waits

@@ -7,7 +7,6 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
-#include <regex>
 #include <unordered_set>
 
 #include "base/env.h"
@@ -65,8 +64,7 @@ std::optional<std::pair<KernelSpec, std::string>> parse_kernel_log_line(const st
   for (const std::string& field : fields) {
     if (field.empty()) throw bad("an empty field");
   }
-  static const std::regex kArch("sm_[0-9]+[af]?");
-  if (!std::regex_match(fields[0], kArch)) {
+  if (!nvrtc::is_target(fields[0])) {
     throw bad(fmt::format("arch '{}' is no target like sm_90a", fields[0]));
   }
   KernelSpec spec;
