@@ -226,11 +226,11 @@ GemmTile default_tile(const MoeConfig& c, long long max_tokens, const std::strin
   // picked it at gpumode 2048 too (16d).
   if (rows > 256 && rows <= 320 && has_tma_path(c, arch)) return swap_tile(144, 4);
   // 321-640 rows: 160 token rows a block. With an expert's rows spread evenly over its blocks
-  // (EvenBlocks) a block multiplies at most 7 padding rows, where the TMA tile's 128-row blocks
-  // multiply the tail block's padding in full (11% more tiles at DeepSeek-V3 T = 16384). H200,
-  // real routing, each order once (docs/PERF.md 24a): DeepSeek-V3 T = 16384 (574 rows) 24.43 /
-  // 23.96 ms against 24.66 / 24.84 for sm90ws 128x256 sy; at gpumode T = 8192 (1241 rows) it lost
-  // (6.36 / 6.36 against 6.27 / 6.22).
+  // (EvenBlocks, in whole octets) an expert multiplies at most 7 padding rows, where the TMA tile's
+  // 128-row blocks multiply the tail block's padding in full (11% more tiles at DeepSeek-V3 T =
+  // 16384). H200, real routing, each order once (docs/PERF.md 24a): DeepSeek-V3 T = 16384 (574
+  // rows) 24.43 / 23.96 ms against 24.66 / 24.84 for sm90ws 128x256 sy; at gpumode T = 8192 (1241
+  // rows) it lost (6.36 / 6.36 against 6.27 / 6.22).
   if (rows > 320 && rows <= 640 && has_tma_path(c, arch)) return swap_tile(160, 4);
   // Past that the TMA kernel's 128 x 256 tile, its down GEMM's y staged in shared memory and
   // written by the copy engine ("sy": whole lines, 3 stages beside the staging). H200, fp16 y,

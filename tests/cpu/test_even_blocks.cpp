@@ -11,24 +11,33 @@
 namespace rt_moe {
 namespace {
 
-TEST_CASE("even row blocks: every row once, in its block's first rows, blocks within one row") {
-  for (int b : {32, 64, 128, 144, 160}) {
+TEST_CASE("even row blocks: every row once, in its block's first rows, blocks within an octet") {
+  for (int b : {8, 16, 32, 64, 128, 144, 160, 20, 36}) {
     for (int n = 1; n <= 3 * 160 + 7; ++n) {
       INFO("block rows " << b << ", expert rows " << n);
       const EvenBlocks even(n, b);
       const int blocks = (n + b - 1) / b;  // as many as packed: the padded range is unchanged
       std::vector<int> rows(std::size_t(blocks), 0);
-      int total = 0, longest = 0, shortest = b;
+      int total = 0, longest = 0, shortest = b, padded = 0;
       for (int j = 0; j < blocks; ++j) {
         rows[std::size_t(j)] = even.rows(j);
         total += even.rows(j);
         longest = std::max(longest, even.rows(j));
         shortest = std::min(shortest, even.rows(j));
+        padded += (even.rows(j) + 7) / 8 * 8;  // the MMAs' N, in octets
       }
       REQUIRE(total == n);
       CHECK(longest <= b);
       CHECK(shortest >= 1);
-      CHECK(longest - shortest <= 1);
+      if (b % 8 == 0) {
+        // Whole octets but for the last block's rest: the expert's MMAs multiply at most 7
+        // padding rows, however many blocks it takes.
+        CHECK(longest - shortest <= 8);
+        CHECK(padded - n <= 7);
+        for (int j = 0; j + 1 < blocks; ++j) CHECK(even.rows(j) % 8 == 0);
+      } else {
+        CHECK(longest - shortest <= 1);  // single rows spread
+      }
       CHECK(even.rows(blocks) == even.q);  // past the last block: no extra row
       // row(): a bijection from the expert's rows onto the first rows(j) rows of each block,
       // in order (the scatter's rank i lands where the GEMM counts it).
