@@ -7,6 +7,9 @@
 //
 // The last line on stdout is always the summary:
 //   prewarm: <N> kernels, <H> cache hits, <C> compiled, <S> s
+// A kernel that does not compile stops the prewarm (exit 1, what was compiled stays cached), unless
+// --keep-going: then every other kernel is still compiled, each failure is named on stderr as it
+// happens, the summary counts them (..., <C> compiled, <F> failed, <S> s), and the exit is 1.
 #include <fmt/format.h>
 #include <unistd.h>
 
@@ -44,6 +47,7 @@ struct Options {
   int jobs = 0;                 // 0: one per hardware thread
   std::string cache_dir;
   bool tune = false;
+  bool keep_going = false;   // --keep-going: compile the rest after a kernel fails
   std::string kernels_file;  // --kernels: a kernel log (kernels.h) instead of a model
 };
 
@@ -235,12 +239,12 @@ int prewarm(const Options& options) {
   const auto start = std::chrono::steady_clock::now();
   Progress progress(specs.size());
   std::atomic<std::size_t> next{0};
-  std::atomic<std::size_t> hits{0}, compiled{0};
-  std::atomic<bool> failed{false};
+  std::atomic<std::size_t> hits{0}, compiled{0}, failures{0};
+  std::atomic<bool> stop{false};
   std::exception_ptr first_error;
   std::mutex error_mutex;
   auto worker = [&] {
-    for (std::size_t i; !failed && (i = next++) < specs.size();) {
+    for (std::size_t i; !stop && (i = next++) < specs.size();) {
       try {
         CompiledCubin cubin = compile_cubin(specs[i].first, specs[i].second, cache);
         (cubin.source == cache::Source::kCompiled ? compiled : hits)++;
@@ -248,21 +252,42 @@ int prewarm(const Options& options) {
       } catch (...) {
         std::lock_guard<std::mutex> lock(error_mutex);
         if (!first_error) first_error = std::current_exception();
-        failed = true;
+        ++failures;
+        if (options.keep_going) {
+          // The message names the kernel and the arch, then NVRTC's options and log.
+          std::string what = "unknown error";
+          try {
+            throw;
+          } catch (const std::exception& error) {
+            what = error.what();
+          } catch (...) {
+          }
+          std::fprintf(stderr, "prewarm: failed: %s\n", what.c_str());
+        } else {
+          stop = true;
+        }
       }
     }
   };
   std::vector<std::thread> threads;
   for (int t = 0; t < std::min<int>(jobs, int(specs.size())); ++t) threads.emplace_back(worker);
   for (std::thread& thread : threads) thread.join();
-  if (first_error) std::rethrow_exception(first_error);
+  if (first_error && !options.keep_going) std::rethrow_exception(first_error);
 
-  if (options.tune) tune_on_gpu(config, max_tokens, arch);
+  if (options.tune && !first_error) tune_on_gpu(config, max_tokens, arch);
 
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  std::printf("prewarm: %zu kernels, %zu cache hits, %zu compiled, %.1f s\n", specs.size(),
-              hits.load(), compiled.load(), seconds);
+  const std::string failed =
+      failures > 0 ? fmt::format(", {} failed", failures.load()) : std::string();
+  std::printf("prewarm: %zu kernels, %zu cache hits, %zu compiled%s, %.1f s\n", specs.size(),
+              hits.load(), compiled.load(), failed.c_str(), seconds);
+  if (first_error) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "rt_moe_prewarm: %zu of %zu kernels did not compile (see above)\n",
+                 failures.load(), specs.size());
+    return kExitFailure;
+  }
   return kExitOk;
 }
 
@@ -289,6 +314,9 @@ int main(int argc, char** argv) {
                  "A kernel log (a process run with RT_MOE_KERNEL_LOG=FILE): compile exactly its "
                  "kernels, each for the arch it names unless --arch is given, instead of a "
                  "model's");
+  app.add_flag("--keep-going", options.keep_going,
+               "Compile every other kernel after one fails (a log of another revision, say), name "
+               "each failure, count them in the summary and exit 1 at the end");
   app.add_flag("--tune", options.tune,
                "Also compile every tile candidate of the tuner; with a GPU, tune every bucket "
                "(random weights) into the tuning store that later processes reuse");

@@ -185,6 +185,51 @@ TEST_CASE("tools: a process's kernel log (RT_MOE_KERNEL_LOG) prewarms the same k
   CHECK(missing.output.find("none.tsv") != std::string::npos);
 }
 
+TEST_CASE("tools: rt_moe_prewarm --keep-going compiles the rest of a log after a kernel fails",
+          "[tools][nvrtc]") {
+  TempDir dir;
+  // A line that no longer compiles (H = 2047 fails the router's static_assert), before one that
+  // does; one job, so the order is the log's.
+  const std::string bad = "rt_moe::RouterLogits<rt_moe::BF16, 2047, 8, 4, 8, 4, true>";
+  const std::string good = "rt_moe::RouterLogits<rt_moe::BF16, 256, 8, 4, 8, 4, true>";
+  auto line = [](const std::string& instance) {
+    return "sm_90a\trouting\trouting.cuh\t" + instance + "\trt_moe::RouterParams\t0\n";
+  };
+  const fs::path log = dir.path() / "kernels.tsv";
+  std::ofstream(log) << "# rt_moe kernel log\n" << line(bad) << line(good);
+  const std::string args =
+      "--kernels " + log.string() + " --jobs 1 --cache-dir " + (dir.path() / "cache").string();
+
+  // Without --keep-going the first failure stops it: exit 1, naming the kernel, no summary.
+  ToolRun stopped = run_tool("rt_moe_prewarm", args);
+  INFO(stopped.output);
+  CHECK(stopped.exit_code == 1);
+  CHECK(stopped.output.find(bad) != std::string::npos);
+  CHECK(stopped.output.find("compiled, ") == std::string::npos);
+
+  // With it: the good kernel compiles, the failure is named with NVRTC's log and counted, exit 1.
+  ToolRun going = run_tool("rt_moe_prewarm", args + " --keep-going");
+  INFO(going.output);
+  CHECK(going.exit_code == 1);
+  CHECK(going.output.find("prewarm: failed: ") != std::string::npos);
+  CHECK(going.output.find(bad) != std::string::npos);
+  CHECK(going.output.find("static assertion failed") != std::string::npos);
+  static const std::regex kFailed(
+      R"(prewarm: 2 kernels, 0 cache hits, 1 compiled, 1 failed, [0-9.]+ s)");
+  CHECK(std::regex_search(going.output, kFailed));
+
+  // The good kernel is in the cache: a log of it alone only hits.
+  const fs::path good_log = dir.path() / "good.tsv";
+  std::ofstream(good_log) << line(good);
+  ToolRun again = run_tool("rt_moe_prewarm", "--kernels " + good_log.string() + " --cache-dir " +
+                                                 (dir.path() / "cache").string());
+  INFO(again.output);
+  REQUIRE(again.exit_code == 0);
+  const Summary hit = parse_summary(again.output);
+  CHECK(hit.kernels == 1);
+  CHECK(hit.hits == 1);
+}
+
 TEST_CASE("tools: rt_moe_prewarm: bad flags and values exit 2 with a message", "[tools]") {
   ToolRun unknown = run_tool("rt_moe_prewarm", "--preset tiny --arch sm_90a --frobnicate");
   CHECK(unknown.exit_code == 2);
