@@ -239,33 +239,33 @@ int prewarm(const Options& options) {
   const auto start = std::chrono::steady_clock::now();
   Progress progress(specs.size());
   std::atomic<std::size_t> next{0};
-  std::atomic<std::size_t> hits{0}, compiled{0}, failures{0};
+  std::atomic<std::size_t> hits{0}, compiled{0};
   std::atomic<bool> stop{false};
   std::exception_ptr first_error;
+  std::size_t failures = 0;  // both under error_mutex
   std::mutex error_mutex;
+  // In a catch block: keeps the first error; names this one (--keep-going) or stops the workers.
+  // The message names the kernel and the arch, then NVRTC's options and log.
+  auto fail = [&](const char* what) {
+    std::lock_guard<std::mutex> lock(error_mutex);
+    if (!first_error) first_error = std::current_exception();
+    ++failures;
+    if (options.keep_going) {
+      std::fprintf(stderr, "prewarm: failed: %s\n", what);
+    } else {
+      stop = true;
+    }
+  };
   auto worker = [&] {
     for (std::size_t i; !stop && (i = next++) < specs.size();) {
       try {
         CompiledCubin cubin = compile_cubin(specs[i].first, specs[i].second, cache);
         (cubin.source == cache::Source::kCompiled ? compiled : hits)++;
         progress.done(specs[i].first, cubin);
+      } catch (const std::exception& error) {
+        fail(error.what());
       } catch (...) {
-        std::lock_guard<std::mutex> lock(error_mutex);
-        if (!first_error) first_error = std::current_exception();
-        ++failures;
-        if (options.keep_going) {
-          // The message names the kernel and the arch, then NVRTC's options and log.
-          std::string what = "unknown error";
-          try {
-            throw;
-          } catch (const std::exception& error) {
-            what = error.what();
-          } catch (...) {
-          }
-          std::fprintf(stderr, "prewarm: failed: %s\n", what.c_str());
-        } else {
-          stop = true;
-        }
+        fail("unknown error");
       }
     }
   };
@@ -278,14 +278,13 @@ int prewarm(const Options& options) {
 
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  const std::string failed =
-      failures > 0 ? fmt::format(", {} failed", failures.load()) : std::string();
+  const std::string failed = failures > 0 ? fmt::format(", {} failed", failures) : std::string();
   std::printf("prewarm: %zu kernels, %zu cache hits, %zu compiled%s, %.1f s\n", specs.size(),
               hits.load(), compiled.load(), failed.c_str(), seconds);
   if (first_error) {
     std::fflush(stdout);
     std::fprintf(stderr, "rt_moe_prewarm: %zu of %zu kernels did not compile (see above)\n",
-                 failures.load(), specs.size());
+                 failures, specs.size());
     return kExitFailure;
   }
   return kExitOk;
