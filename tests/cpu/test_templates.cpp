@@ -284,7 +284,7 @@ TEST_CASE("the swapped-operand tile: the default from 17 to 64 and 129 to 640 ro
   for (const GemmTile& t : candidate_tiles(c, 64, "sm_90a", 227 * 1024)) CHECK_FALSE(t.swap);
 }
 
-TEST_CASE("decode buckets default to the fused GEMM; the GEMV is a candidate, never the default",
+TEST_CASE("decode buckets default to the fused GEMM, the GEMV is a candidate, never the default",
           "[nvrtc]") {
   MoeConfig c = make_config(7168, 2048, 256, 1, 8, DType::kBF16);
   // Up to 64 tokens: gate/up and down in one kernel, measured on the H200 faster than the
@@ -387,7 +387,7 @@ TEST_CASE("kernel sources differ per shape and tile, and keys with them", "[nvrt
           gemm_spec(a, GemmStage::kDown, t1).preimage("sm_80").key()));
 }
 
-TEST_CASE("the kernel log: a line gives back its spec and arch; malformed lines are named",
+TEST_CASE("the kernel log: a line gives back its spec and arch, malformed lines are named",
           "[kernels]") {
   const MoeConfig c = make_config(7168, 2048, 256, 1, 8, DType::kBF16);
   for (const KernelSpec& spec : forward_specs(c, 4096, "sm_90a")) {

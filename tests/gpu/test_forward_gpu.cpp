@@ -593,7 +593,7 @@ std::pair<ErrorCode, std::string> error_of(Call&& call) {
 
 }  // namespace
 
-TEST_CASE("a stream of another context is refused; the primary context's streams work",
+TEST_CASE("a stream of another context is refused, the primary context's streams work",
           "[forward]") {
   Fixture f(make_config(256, 64, 8, 1, 2, DType::kBF16), 111);
   CUcontext primary = nullptr;
