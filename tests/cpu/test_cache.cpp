@@ -6,6 +6,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <optional>
 #include <random>
 
 #include "base/env.h"
@@ -238,14 +239,25 @@ TEST_CASE("cache: an unusable directory degrades to memory only with one warning
 }
 
 TEST_CASE("cache: a read-only directory degrades to memory only", "[cache]") {
+  // Permission bits do not stop root's writes; a read-only file system does.
+  std::optional<rt_moe::test::TmpfsMount> read_only;
+  std::optional<TempDir> tmp;
+  fs::path dir;
   if (::geteuid() == 0) {
-    WARN("running as root, where permission bits do not stop writes: read-only case skipped");
-    return;
+    read_only.emplace("size=64k", MS_RDONLY);
+    if (!read_only->mounted()) {
+      RT_MOE_SKIP_TEST(
+          "running as root, where permission bits do not stop writes, and cannot "
+          "mount a read-only tmpfs ("
+          << read_only->why() << ")");
+    }
+    dir = read_only->path();
+  } else {
+    tmp.emplace();
+    dir = tmp->path() / "ro";
+    fs::create_directories(dir);
+    fs::permissions(dir, fs::perms::owner_read | fs::perms::owner_exec);
   }
-  TempDir tmp;
-  const fs::path dir = tmp.path() / "ro";
-  fs::create_directories(dir);
-  fs::permissions(dir, fs::perms::owner_read | fs::perms::owner_exec);
   Warnings warnings;
   CubinCache cache(options_for(dir));
   REQUIRE_FALSE(cache.persistent());
@@ -254,7 +266,7 @@ TEST_CASE("cache: a read-only directory degrades to memory only", "[cache]") {
   REQUIRE(cache.get_or_compile(a, FakeCompiler{"A"}).source == Source::kMemory);
   REQUIRE(cache.stats().compiles == 1);
   REQUIRE(warnings.count() == 1);
-  fs::permissions(dir, fs::perms::owner_all);
+  if (tmp) fs::permissions(dir, fs::perms::owner_all);
 }
 
 TEST_CASE("cache: disabled writes nothing to disk", "[cache]") {

@@ -1,13 +1,11 @@
 // The cache on a full file system: a store that runs out of space is counted and logged, the
 // binary is still returned, and no partial entry or staging file is left behind. Needs a small
-// tmpfs, so it runs as root (or with CAP_SYS_ADMIN) and warns and does nothing otherwise.
+// tmpfs, so it runs as root (or with CAP_SYS_ADMIN) and is skipped otherwise.
 #include <fcntl.h>
-#include <sys/mount.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
 #include <cerrno>
-#include <cstring>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -19,29 +17,6 @@ namespace fs = std::filesystem;
 using namespace rt_moe::cache;
 
 namespace {
-
-// A 64 KiB tmpfs on a fresh temporary directory, unmounted and removed when done.
-class SmallTmpfs {
- public:
-  SmallTmpfs() {
-    if (::mount("tmpfs", path().c_str(), "tmpfs", 0, "size=64k") == 0) {
-      mounted_ = true;
-    } else {
-      why_ = std::strerror(errno);
-    }
-  }
-  ~SmallTmpfs() {
-    if (mounted_) ::umount2(path().c_str(), MNT_DETACH);
-  }
-  bool mounted() const { return mounted_; }
-  const std::string& why() const { return why_; }
-  const fs::path& path() const { return dir_.path(); }
-
- private:
-  rt_moe::test::TempDir dir_;  // removed after the unmount
-  bool mounted_ = false;
-  std::string why_;
-};
 
 // Writes `path` until the file system has no space left; returns the bytes written.
 std::size_t fill(const fs::path& path) {
@@ -83,10 +58,10 @@ std::vector<fs::path> files_under(const fs::path& dir) {
 
 TEST_CASE("cache: a full file system is a store failure, and the binary is still returned",
           "[cache]") {
-  SmallTmpfs fs_small;
+  rt_moe::test::TmpfsMount fs_small("size=64k");
   if (!fs_small.mounted()) {
-    WARN("cannot mount a tmpfs (" << fs_small.why() << "); the full-disk test needs root");
-    return;
+    RT_MOE_SKIP_TEST("cannot mount a tmpfs (" << fs_small.why()
+                                              << "); the full-disk test needs root");
   }
   const fs::path dir = fs_small.path() / "cache";
   const fs::path filler = fs_small.path() / "filler";

@@ -271,8 +271,7 @@ TEST_CASE("tools: rt_moe_prewarm: bad flags and values exit 2 with a message", "
 
 TEST_CASE("tools: rt_moe_prewarm without a GPU needs --arch", "[tools]") {
   if (driver::available()) {
-    WARN("a GPU is present: the default arch comes from it; nothing to check");
-    return;
+    RT_MOE_SKIP_TEST("a GPU is present: the default arch comes from it; nothing to check");
   }
   ToolRun run = run_tool("rt_moe_prewarm", "--preset tiny --max-tokens 8");
   CHECK(run.exit_code == 2);
@@ -293,8 +292,7 @@ TEST_CASE("tools: rt_moe_bench without a GPU exits 1 and says so, bad flags exit
   CHECK(plot.output.find("--plot") != std::string::npos);
   CHECK(plot.output.find("/nonexistent/rt_moe/out.png") != std::string::npos);
   if (driver::available()) {
-    WARN("a GPU is present: the no-GPU path of rt_moe_bench is not checked");
-    return;
+    RT_MOE_SKIP_TEST("a GPU is present: the no-GPU path of rt_moe_bench is not checked");
   }
   ToolRun run = run_tool("rt_moe_bench", "--preset tiny --tokens 1");
   CHECK(run.exit_code == 1);
