@@ -203,28 +203,40 @@ std::string device_of(CUcontext context) {
 
 }  // namespace
 
-void check_stream_context(CUstream stream, CUcontext expected, const char* what) {
+bool check_stream_context(CUstream stream, CUcontext expected, const char* what) {
   // The special handles mean "the current context's stream": cuStreamGetCtx would only echo the
-  // current context back.
-  if (stream == nullptr || stream == CU_STREAM_LEGACY || stream == CU_STREAM_PER_THREAD) return;
+  // current context back. The legacy stream cannot be captured.
+  if (stream == nullptr || stream == CU_STREAM_LEGACY) return false;
   const Api& a = api();
   // NOTES: the driver documentation does not say that cuStreamGetCtx is legal on a capturing
   // stream, and its sibling query cuStreamGetDevice was reported to fail during stream capture
   // (NVIDIA/cccl#9119); an illegal call would invalidate the caller's capture. So a capturing
-  // stream is only asked cuStreamGetCaptureInfo, the query made for capture (plan_for makes it
-  // too), and is not checked: a stream of another context is then left to the driver's errors.
+  // stream is only asked cuStreamGetCaptureInfo, the query made for capture, and is not checked:
+  // a stream of another context is then left to the driver's errors.
   CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
-  if (a.cuStreamGetCaptureInfo(stream, &capture, nullptr, nullptr, nullptr, nullptr, nullptr) ==
-          CUDA_SUCCESS &&
-      capture != CU_STREAM_CAPTURE_STATUS_NONE) {
-    return;
+  const CUresult queried =
+      a.cuStreamGetCaptureInfo(stream, &capture, nullptr, nullptr, nullptr, nullptr, nullptr);
+  if (stream == CU_STREAM_PER_THREAD) {
+    if (queried != CUDA_SUCCESS) {
+      throw Error(ErrorCode::kCuda,
+                  fmt::format("{}: cuStreamGetCaptureInfo(the per-thread stream) failed: {}", what,
+                              error_text(queried)));
+    }
+    return capture != CU_STREAM_CAPTURE_STATUS_NONE;
   }
+  if (queried == CUDA_SUCCESS && capture != CU_STREAM_CAPTURE_STATUS_NONE) return true;
   CUcontext owner = nullptr;
   if (CUresult r = a.cuStreamGetCtx(stream, &owner); r != CUDA_SUCCESS) {
     throw Error(ErrorCode::kCuda, fmt::format("{}: cuStreamGetCtx(stream {}) failed: {}", what,
                                               fmt::ptr(stream), error_text(r)));
   }
-  if (owner == expected) return;
+  if (owner == expected) {
+    if (queried != CUDA_SUCCESS) {
+      throw Error(ErrorCode::kCuda, fmt::format("{}: cuStreamGetCaptureInfo(stream {}) failed: {}",
+                                                what, fmt::ptr(stream), error_text(queried)));
+    }
+    return false;
+  }
   const std::string device = device_of(expected);
   throw Error(ErrorCode::kInvalidArgument,
               fmt::format("{}: stream {} belongs to context {} ({}), not to {}'s primary context "

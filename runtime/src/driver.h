@@ -35,7 +35,7 @@ namespace rt_moe::driver {
   X(cuEventSynchronize) X(cuEventElapsedTime) X(cuPointerGetAttribute)                            \
   X(cuOccupancyMaxActiveBlocksPerMultiprocessor) X(cuLaunchKernelEx) X(cuTensorMapEncodeTiled)    \
   X(cuCtxCreate) X(cuCtxDestroy) X(cuOccupancyMaxActiveClusters) X(cuProfilerStart)              \
-  X(cuProfilerStop) X(cuDeviceGetPCIBusId)
+  X(cuProfilerStop) X(cuDeviceGetPCIBusId) X(cuMemGetAddressRange)
 // clang-format on
 
 struct Api {
@@ -111,10 +111,12 @@ class ScopedContext {
 
 // Throws Error(kInvalidArgument) when `stream` was created in a context other than `expected`
 // (the device's primary context the caller launches in), naming both contexts and their devices;
-// `what` names the caller ("forward"). The null stream, CU_STREAM_LEGACY and CU_STREAM_PER_THREAD
-// stand for the current context's stream and are accepted as they are, and so is a stream being
-// captured (driver.cpp says why). Throws Error(kCuda) when the stream's context cannot be read.
-void check_stream_context(CUstream stream, CUcontext expected, const char* what);
+// `what` names the caller ("forward"). Returns whether the stream is being captured into a CUDA
+// graph. The null stream, CU_STREAM_LEGACY and CU_STREAM_PER_THREAD stand for the current
+// context's stream and are accepted as they are (the legacy stream is never captured), and so is
+// a stream being captured (driver.cpp says why). Throws Error(kCuda) when the stream's context
+// or capture status cannot be read.
+bool check_stream_context(CUstream stream, CUcontext expected, const char* what);
 
 // Generic move-only owner of a driver handle with a non-throwing destroy function.
 template <typename Handle, void (*Destroy)(Handle)>

@@ -53,21 +53,22 @@ LaunchOrder stage_order(const std::string& arch) {
 
 }  // namespace
 
-const LaunchPlan& MoeRuntime::Impl::plan_for(std::int64_t tokens, CUstream capture_check) {
+const LaunchPlan& MoeRuntime::Impl::plan_for(std::int64_t tokens, bool capturing) {
   Bucket bucket = bucket_for(config, tokens);
   std::lock_guard<std::mutex> lock(mutex);
-  if (auto it = plans.find(bucket.group_sum_max); it != plans.end()) return it->second;
-  if (capture_check != nullptr) {
-    CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
-    RT_MOE_CALL(cuStreamGetCaptureInfo, capture_check, &status, nullptr, nullptr, nullptr, nullptr,
-                nullptr);
-    if (status != CU_STREAM_CAPTURE_STATUS_NONE) {
-      throw Error(ErrorCode::kInvalidArgument,
-                  fmt::format("forward of {} tokens during stream capture needs bucket {} (up to "
-                              "{} tokens), which is not loaded yet: call reserve({}) before "
-                              "capturing",
-                              tokens, bucket.group_sum_max, bucket.max_tokens, tokens));
+  if (auto it = plans.find(bucket.group_sum_max); it != plans.end()) {
+    if (capturing) {
+      experts_captured = true;
+      workspace_captured = true;
     }
+    return it->second;
+  }
+  if (capturing) {
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("forward of {} tokens during stream capture needs bucket {} (up to "
+                            "{} tokens), which is not loaded yet: call reserve({}) before "
+                            "capturing",
+                            tokens, bucket.group_sum_max, bucket.max_tokens, tokens));
   }
   LaunchPlan plan = build_plan(bucket, choose_tile(bucket));
   ensure_workspace(plan.layout.bytes);
@@ -177,8 +178,20 @@ int MoeRuntime::Impl::shared_prefetch_bytes(const LaunchPlan& plan) const {
 void MoeRuntime::Impl::ensure_workspace(std::size_t bytes) {
   if (bytes <= workspace.bytes()) return;
   driver::ScopedContext scope(context.get());
-  RT_MOE_CALL(cuCtxSynchronize);
-  workspace.reset();
+  if (workspace_captured) {
+    // A captured graph replays with the old workspace's addresses: freeing it would leave the
+    // graph reading and writing memory that is no longer its own.
+    log().warn(
+        "workspace grown from {:.1f} to {:.1f} MiB after CUDA graphs captured forwards "
+        "with the old one, which is kept for them until the runtime is destroyed; "
+        "reserve() the largest token count before capturing to avoid this",
+        workspace.bytes() / 1048576.0, bytes / 1048576.0);
+    retired.push_back(std::move(workspace));
+    workspace_captured = false;
+  } else {
+    RT_MOE_CALL(cuCtxSynchronize);
+    workspace.reset();
+  }
   workspace = driver::DeviceBuffer(bytes);
   log().debug("workspace grown to {:.1f} MiB", bytes / 1048576.0);
 }
@@ -449,8 +462,18 @@ void MoeRuntime::prepare(const MoeWeights& w) {
                     at(w.shared_down, j * I), S * I};
   }
   driver::ScopedContext scope(impl_->context.get());
-  if (impl_->experts.bytes() != table.size() * sizeof(ExpertWeights)) {
-    impl_->experts = driver::DeviceBuffer(table.size() * sizeof(ExpertWeights));
+  {
+    std::lock_guard<std::mutex> lock(impl_->mutex);
+    if (impl_->experts_captured) {
+      // A captured graph reads the table at its address, with the router and the tensor maps of
+      // the weights prepared then (kernel parameters, copied at capture): it keeps the whole of
+      // those weights only if the table stays as it was.
+      impl_->retired.push_back(std::move(impl_->experts));
+      impl_->experts_captured = false;
+    }
+    if (impl_->experts.bytes() != table.size() * sizeof(ExpertWeights)) {
+      impl_->experts = driver::DeviceBuffer(table.size() * sizeof(ExpertWeights));
+    }
   }
   // Synchronous copy: forwards issued before a re-prepare have been ordered by the caller.
   impl_->experts.upload(table.data(), table.size() * sizeof(ExpertWeights));
@@ -467,7 +490,7 @@ void MoeRuntime::reserve(std::int64_t max_tokens) {
                             impl_->max_tokens()));
   }
   for (const Bucket& b : bucket_ladder(impl_->config, max_tokens)) {
-    impl_->plan_for(b.max_tokens, nullptr);
+    impl_->plan_for(b.max_tokens, false);
   }
 }
 
@@ -484,8 +507,8 @@ void MoeRuntime::forward(const void* x, void* out, std::int64_t tokens, CUstream
   check_pointer(x, "x");
   check_pointer(out, "out");
   driver::ScopedContext scope(m.context.get());
-  driver::check_stream_context(stream, m.context.get(), "forward");
-  const LaunchPlan& plan = m.plan_for(tokens, stream);
+  const bool capturing = driver::check_stream_context(stream, m.context.get(), "forward");
+  const LaunchPlan& plan = m.plan_for(tokens, capturing);
   m.enqueue(plan, x, out, int(tokens), stream);
   m.last_plan = &plan;
   m.last_tokens = tokens;
@@ -503,8 +526,8 @@ void MoeRuntime::route(const void* x, std::int64_t tokens, CUstream_st* stream) 
   }
   check_pointer(x, "x");
   driver::ScopedContext scope(m.context.get());
-  driver::check_stream_context(stream, m.context.get(), "route");
-  const LaunchPlan& plan = m.plan_for(tokens, stream);
+  const bool capturing = driver::check_stream_context(stream, m.context.get(), "route");
+  const LaunchPlan& plan = m.plan_for(tokens, capturing);
   // Its own count lines, zeroed here (no combine follows to zero the plan's counters again), and
   // counts after them.
   const std::size_t lines = std::size_t(m.config.n_routed_experts) * kCounterStride;

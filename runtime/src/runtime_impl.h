@@ -7,6 +7,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <vector>
 
 #include "driver.h"
 #include "kernels.h"
@@ -33,7 +34,14 @@ struct MoeRuntime::Impl {
   const float* router_bias = nullptr;  // [E] fp32, when config.routing.correction_bias
   bool prepared = false;
   driver::DeviceBuffer workspace;
-  std::mutex mutex;                          // guards plans, workspace growth and tuning
+  // Whether a forward or route() was captured into a CUDA graph since `experts` (prepare) and
+  // `workspace` (growth) were last replaced: such a graph holds their addresses, so they are
+  // then retired rather than freed or overwritten.
+  bool experts_captured = false;
+  bool workspace_captured = false;
+  // Buffers that captured graphs may still read, kept until the runtime is destroyed.
+  std::vector<driver::DeviceBuffer> retired;
+  std::mutex mutex;  // guards plans, workspace growth, the captured flags and tuning
   std::map<std::int64_t, LaunchPlan> plans;  // by group_sum_max
   const LaunchPlan* last_plan = nullptr;
   std::int64_t last_tokens = 0;
@@ -46,15 +54,17 @@ struct MoeRuntime::Impl {
   }
 
   // The plan of the bucket serving `tokens`: built on first use (tuned first when tuning is on,
-  // or taken from the tuning store). Throws when it must be built during stream capture.
-  const LaunchPlan& plan_for(std::int64_t tokens, CUstream capture_check);
+  // or taken from the tuning store). `capturing`: the forward is being captured into a graph;
+  // then it throws when the plan must be built, and marks the experts table and the workspace
+  // captured.
+  const LaunchPlan& plan_for(std::int64_t tokens, bool capturing);
 
   // Compiles (in parallel, through the cache) and loads every kernel of `tile` for `bucket`.
   LaunchPlan build_plan(const Bucket& bucket, const GemmTile& tile);
   // LaunchPlan::shared_prefetch of a plan with its kernels loaded (runtime.cpp says when).
   int shared_prefetch_bytes(const LaunchPlan& plan) const;
-  // Grows the workspace to at least `bytes` (synchronizing the context: forwards in flight may
-  // use the old one).
+  // Grows the workspace to at least `bytes`. The old one is freed after synchronizing the context
+  // (forwards in flight may use it), or retired when a graph captured it.
   void ensure_workspace(std::size_t bytes);
   // The dispatch's parameters (Offsets, and RouteDecode's offsets part) for `tokens` tokens:
   // top-k's count lines at `count_lines`, the expert counts stored to `counts`.

@@ -14,6 +14,26 @@ namespace {
 
 DType dtype_of(int i) { return i == 0 ? DType::kBF16 : DType::kF16; }
 
+// Poisons `out`, replays `exec` on `stream` and returns what it wrote.
+std::vector<std::uint16_t> replay(const driver::GraphExec& exec, driver::DeviceBuffer& out,
+                                  CUstream stream) {
+  RT_MOE_CALL(cuMemsetD8Async, out.get(), 0xFF, out.bytes(), stream);
+  RT_MOE_CALL(cuGraphLaunch, exec.get(), stream);
+  RT_MOE_CALL(cuStreamSynchronize, stream);
+  std::vector<std::uint16_t> written(out.bytes() / 2);
+  out.download(written.data(), out.bytes());
+  return written;
+}
+
+// The allocation holding device address `p`: its base, or 0 when none does (freed memory).
+CUdeviceptr allocation_of(const void* p) {
+  CUdeviceptr base = 0;
+  std::size_t bytes = 0;
+  const CUresult r =
+      driver::api().cuMemGetAddressRange(&base, &bytes, reinterpret_cast<CUdeviceptr>(p));
+  return r == CUDA_SUCCESS ? base : 0;
+}
+
 }  // namespace
 
 TEST_CASE("DeepSeek-V3 layer (H=7168 I=2048 E=256 S=1 k=8) at T = 1, 64, 4096", "[forward]") {
@@ -118,6 +138,59 @@ TEST_CASE("the forward is deterministic and replays identically from a CUDA grap
   CHECK(check_outputs(g.config, g.weights, x, rows, stream_run).pass());
   driver::GraphExec wide = capture_forward(g.moe, gx_dev, gout_dev, rows, s);
   check_replays(wide, gout_dev, stream_run.out, 3);
+}
+
+TEST_CASE("a CUDA graph replays what it captured, after the workspace grew and other weights",
+          "[forward]") {
+  // A server captures its decode forwards, then runs a prefill that no reserve() before the
+  // capture covered (the workspace grows) and swaps the weights. Each graph must go on replaying
+  // the forward it captured, on memory that is still its own: the old workspace and experts table
+  // are kept (runtime.h), not freed or overwritten.
+  Fixture f(make_config(2048, 512, 32, 1, 4, DType::kBF16), 91);
+  CUstream s = f.stream.get();
+  const std::int64_t small = 5, large = 1500;
+  const std::vector<std::uint16_t> x = random_activations(f.config, small, 901);
+  driver::DeviceBuffer x_dev = upload(x), out_dev(small * 2048 * 2);
+  const CheckResult first =
+      check_forward(f.moe, f.weights, x, x_dev, out_dev, small, s, "before the capture");
+  const driver::GraphExec captured = capture_forward(f.moe, x_dev, out_dev, small, s);
+  const std::int32_t* captured_ids = f.moe.last_routing().topk_ids;  // in the captured workspace
+
+  const std::vector<std::uint16_t> x_large = random_activations(f.config, large, 902);
+  driver::DeviceBuffer x_large_dev = upload(x_large), out_large_dev(large * 2048 * 2);
+  check_forward(f.moe, f.weights, x_large, x_large_dev, out_large_dev, large, s,
+                "a larger bucket after the capture");
+  const ForwardRun again = run_forward(f.moe, x_dev, out_dev, small, s);
+  CHECK(again.out == first.run.out);
+  const std::int32_t* grown_ids = f.moe.last_routing().topk_ids;
+  // The same array of the same plan at another address: the workspace did grow.
+  REQUIRE(grown_ids != captured_ids);
+  const CUdeviceptr captured_base = allocation_of(captured_ids);
+  const CUdeviceptr grown_base = allocation_of(grown_ids);
+  INFO("the captured workspace is still allocated, and is not the grown one");
+  CHECK(captured_base != 0);
+  CHECK(captured_base != grown_base);
+  CHECK(reinterpret_cast<CUdeviceptr>(captured_ids) - captured_base ==
+        reinterpret_cast<CUdeviceptr>(grown_ids) - grown_base);
+  for (int turn = 0; turn < 2; ++turn) {
+    INFO("replay " << turn << " after the workspace grew");
+    CHECK(replay(captured, out_dev, s) == first.run.out);
+  }
+
+  // Other weights: eager forwards and new captures use them, the old graph keeps its own.
+  const HostWeights other = random_weights(f.config, 92);
+  const DeviceWeights other_dev = upload(other);
+  f.moe.prepare(other_dev.view());
+  const CheckResult swapped =
+      check_forward(f.moe, other, x, x_dev, out_dev, small, s, "other weights");
+  CHECK(swapped.run.out != first.run.out);
+  for (int turn = 0; turn < 2; ++turn) {
+    INFO("replay " << turn << " of the graph captured before prepare(other weights)");
+    CHECK(replay(captured, out_dev, s) == first.run.out);
+  }
+  const driver::GraphExec recaptured = capture_forward(f.moe, x_dev, out_dev, small, s);
+  CHECK(replay(recaptured, out_dev, s) == swapped.run.out);
+  CHECK(replay(captured, out_dev, s) == first.run.out);
 }
 
 TEST_CASE("each forward's down GEMM reads its own h: two inputs alternated, back to back",

@@ -7,6 +7,16 @@
 //
 // The runtime works in the device's primary context (the one the CUDA runtime uses), so pointers
 // from cudaMalloc and streams from cudaStreamCreate can be passed as they are.
+//
+// One runtime's forwards share its scratch memory (the workspace) and counters, so they must not
+// run at the same time on the GPU: enqueue them, and replay graphs captured from them, on one
+// stream, or order the streams with events; use one runtime per layer and concurrent stream.
+//
+// A forward captured into a CUDA graph replays with what it was captured with: the workspace and
+// the weights prepared then. Both stay alive for the graph however the runtime goes on: a later
+// prepare() of other weights, or a forward of a bucket that needs a larger workspace (one not
+// reserved before the capture, which logs a warning), keeps the old ones until the runtime is
+// destroyed. A graph must not be replayed after its runtime is destroyed.
 #pragma once
 
 #include <cstdint>
@@ -70,11 +80,13 @@ class MoeRuntime {
   MoeRuntime(MoeRuntime&&) noexcept;
   MoeRuntime& operator=(MoeRuntime&&) noexcept;
 
-  // Validates the pointers and builds the expert table. Synchronous; call again to swap weights.
+  // Validates the pointers and builds the expert table. Synchronous; call again to swap weights
+  // (graphs captured before keep the weights they were captured with).
   void prepare(const MoeWeights& weights);
 
   // Loads (compiling on a cache miss) every kernel of the buckets up to `max_tokens` and sizes the
-  // workspace for them, so later forwards allocate nothing: call before capturing a CUDA graph.
+  // workspace for them, so later forwards allocate nothing: call before capturing a CUDA graph,
+  // with the largest token count any forward of the runtime will have.
   void reserve(std::int64_t max_tokens);
 
   // out[T, H] = MoE(x[T, H]). T = 0 returns at once. Stream-ordered: no host synchronisation, no
