@@ -8,6 +8,8 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <string>
+#include <utility>
 
 #include "gpu_harness.h"
 #include "reference.h"
@@ -24,6 +26,17 @@ ErrorCode code_of(Call&& call) {
     return e.code();
   }
   return ErrorCode::kInternal;
+}
+
+// The Error that `call` throws; kInternal and an empty message when it throws nothing.
+template <typename Call>
+std::pair<ErrorCode, std::string> error_of(Call&& call) {
+  try {
+    call();
+  } catch (const Error& e) {
+    return {e.code(), e.what()};
+  }
+  return {ErrorCode::kInternal, ""};
 }
 
 struct CheckResult {

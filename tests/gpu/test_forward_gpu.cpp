@@ -110,14 +110,9 @@ TEST_CASE("the forward is deterministic and replays identically from a CUDA grap
   CUstream s = f.stream.get();
   const auto check_replays = [s](const driver::GraphExec& exec, driver::DeviceBuffer& out,
                                  const std::vector<std::uint16_t>& expected, int replays) {
-    for (int replay = 0; replay < replays; ++replay) {
-      RT_MOE_CALL(cuMemsetD8Async, out.get(), 0xFF, out.bytes(), s);
-      RT_MOE_CALL(cuGraphLaunch, exec.get(), s);
-      RT_MOE_CALL(cuStreamSynchronize, s);
-      std::vector<std::uint16_t> replayed(expected.size());
-      out.download(replayed.data(), replayed.size() * 2);
-      INFO("replay " << replay);
-      CHECK(replayed == expected);
+    for (int turn = 0; turn < replays; ++turn) {
+      INFO("replay " << turn);
+      CHECK(replay(exec, out, s) == expected);
     }
   };
   // Capture (the bucket is loaded: the first run built it), then replay twice.
@@ -148,7 +143,7 @@ TEST_CASE("a CUDA graph replays what it captured, after the workspace grew and o
   // are kept (runtime.h), not freed or overwritten.
   Fixture f(make_config(2048, 512, 32, 1, 4, DType::kBF16), 91);
   CUstream s = f.stream.get();
-  const std::int64_t small = 5, large = 1500;
+  const std::int64_t small = 5, large = 600;
   const std::vector<std::uint16_t> x = random_activations(f.config, small, 901);
   driver::DeviceBuffer x_dev = upload(x), out_dev(small * 2048 * 2);
   const CheckResult first =
@@ -158,6 +153,20 @@ TEST_CASE("a CUDA graph replays what it captured, after the workspace grew and o
 
   const std::vector<std::uint16_t> x_large = random_activations(f.config, large, 902);
   driver::DeviceBuffer x_large_dev = upload(x_large), out_large_dev(large * 2048 * 2);
+  {
+    // Captured, the larger bucket is refused (its plan would compile, allocate and synchronize),
+    // naming reserve(); nothing was launched, so the capture ends cleanly.
+    RT_MOE_CALL(cuStreamBeginCapture, s, CU_STREAM_CAPTURE_MODE_GLOBAL);
+    const auto refused = error_of(
+        [&] { f.moe.forward(x_large_dev.as<const void>(), out_large_dev.as<void>(), large, s); });
+    CUgraph graph = nullptr;
+    const CUresult ended = driver::api().cuStreamEndCapture(s, &graph);
+    if (graph != nullptr) RT_MOE_CALL(cuGraphDestroy, graph);
+    INFO("forward of an unloaded bucket during capture: " << refused.second);
+    CHECK(refused.first == ErrorCode::kInvalidArgument);
+    CHECK(refused.second.find("reserve(") != std::string::npos);
+    CHECK(ended == CUDA_SUCCESS);
+  }
   check_forward(f.moe, f.weights, x_large, x_large_dev, out_large_dev, large, s,
                 "a larger bucket after the capture");
   const ForwardRun again = run_forward(f.moe, x_dev, out_dev, small, s);
@@ -653,17 +662,6 @@ struct ForeignStream {
   }
 };
 
-// The Error that `call` throws; kInternal and an empty message when it throws nothing.
-template <typename Call>
-std::pair<ErrorCode, std::string> error_of(Call&& call) {
-  try {
-    call();
-  } catch (const Error& e) {
-    return {e.code(), e.what()};
-  }
-  return {ErrorCode::kInternal, ""};
-}
-
 }  // namespace
 
 TEST_CASE("a stream of another context is refused, the primary context's streams work",
@@ -695,6 +693,8 @@ TEST_CASE("a stream of another context is refused, the primary context's streams
   // A stream of the primary context, and the legacy default stream, still work.
   f.check(tokens, 1300, "stream of the primary context");
   check_forward(f.moe, f.weights, x, x_dev, out_dev, tokens, nullptr, "legacy default stream");
+  check_forward(f.moe, f.weights, x, x_dev, out_dev, tokens, CU_STREAM_PER_THREAD,
+                "per-thread default stream");
   f.moe.route(x_dev.as<const void>(), tokens, CU_STREAM_PER_THREAD);
   RT_MOE_CALL(cuStreamSynchronize, CU_STREAM_PER_THREAD);
 }
