@@ -11,6 +11,9 @@
 // One runtime's forwards share its scratch memory (the workspace) and counters, so they must not
 // run at the same time on the GPU: enqueue them, and replay graphs captured from them, on one
 // stream, or order the streams with events; use one runtime per layer and concurrent stream.
+// Calls on one runtime must not overlap on the host either (one thread at a time, or a lock):
+// a forward may grow the workspace that another thread's forward is enqueueing on. Different
+// runtimes are independent, and share the process's kernel cache safely.
 //
 // A forward captured into a CUDA graph replays with what it was captured with: the workspace and
 // the weights prepared then. Both stay alive for the graph however the runtime goes on: a later
