@@ -462,6 +462,9 @@ void MoeRuntime::prepare(const MoeWeights& w) {
                     at(w.shared_down, j * I), S * I};
   }
   driver::ScopedContext scope(impl_->context.get());
+  // Forwards in flight (on any stream) finish with the weights they were enqueued with; after
+  // this the caller may free those.
+  if (impl_->prepared) RT_MOE_CALL(cuCtxSynchronize);
   {
     std::lock_guard<std::mutex> lock(impl_->mutex);
     if (impl_->experts_captured) {
@@ -475,7 +478,6 @@ void MoeRuntime::prepare(const MoeWeights& w) {
       impl_->experts = driver::DeviceBuffer(table.size() * sizeof(ExpertWeights));
     }
   }
-  // Synchronous copy: forwards issued before a re-prepare have been ordered by the caller.
   impl_->experts.upload(table.data(), table.size() * sizeof(ExpertWeights));
   impl_->weights = w;
   impl_->router = w.router;

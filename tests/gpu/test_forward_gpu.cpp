@@ -167,8 +167,9 @@ TEST_CASE("a CUDA graph replays what it captured, after the workspace grew and o
     CHECK(refused.second.find("reserve(") != std::string::npos);
     CHECK(ended == CUDA_SUCCESS);
   }
-  check_forward(f.moe, f.weights, x_large, x_large_dev, out_large_dev, large, s,
-                "a larger bucket after the capture");
+  const CheckResult large_first =
+      check_forward(f.moe, f.weights, x_large, x_large_dev, out_large_dev, large, s,
+                    "a larger bucket after the capture");
   const ForwardRun again = run_forward(f.moe, x_dev, out_dev, small, s);
   CHECK(again.out == first.run.out);
   const std::int32_t* grown_ids = f.moe.last_routing().topk_ids;
@@ -186,10 +187,17 @@ TEST_CASE("a CUDA graph replays what it captured, after the workspace grew and o
     CHECK(replay(captured, out_dev, s) == first.run.out);
   }
 
-  // Other weights: eager forwards and new captures use them, the old graph keeps its own.
+  // Other weights: eager forwards and new captures use them, the old graph keeps its own. A
+  // forward still running when prepare() is called ends with the weights it was enqueued with.
   const HostWeights other = random_weights(f.config, 92);
   const DeviceWeights other_dev = upload(other);
+  RT_MOE_CALL(cuMemsetD8Async, out_large_dev.get(), 0xFF, out_large_dev.bytes(), s);
+  f.moe.forward(x_large_dev.as<const void>(), out_large_dev.as<void>(), large, s);
   f.moe.prepare(other_dev.view());
+  RT_MOE_CALL(cuStreamSynchronize, s);
+  std::vector<std::uint16_t> in_flight(large_first.run.out.size());
+  out_large_dev.download(in_flight.data(), in_flight.size() * 2);
+  CHECK(in_flight == large_first.run.out);
   const CheckResult swapped =
       check_forward(f.moe, other, x, x_dev, out_dev, small, s, "other weights");
   CHECK(swapped.run.out != first.run.out);

@@ -83,8 +83,9 @@ class MoeRuntime {
   MoeRuntime(MoeRuntime&&) noexcept;
   MoeRuntime& operator=(MoeRuntime&&) noexcept;
 
-  // Validates the pointers and builds the expert table. Synchronous; call again to swap weights
-  // (graphs captured before keep the weights they were captured with).
+  // Validates the pointers and builds the expert table. Synchronous; call again to swap weights:
+  // it first waits for the device's work, so forwards in flight finish with the old weights,
+  // which the caller may free once it returns unless a graph captured before still replays them.
   void prepare(const MoeWeights& weights);
 
   // Loads (compiling on a cache miss) every kernel of the buckets up to `max_tokens` and sizes the
