@@ -42,6 +42,23 @@ void check_pointer(const void* p, const char* name) {
   }
 }
 
+// Throws Error(kInvalidArgument) when `p` lies in an allocation the driver knows (cuMemAlloc,
+// cudaMalloc, a caching allocator's block) that ends before `bytes` from p: a buffer too small for
+// the config's shape. Memory the driver does not know (system memory the GPU reads through HMM or
+// ATS) is not checked. Needs the runtime's context current.
+void check_extent(const void* p, std::int64_t bytes, const char* name, const char* shape) {
+  CUdeviceptr base = 0;
+  std::size_t size = 0;
+  const auto at = reinterpret_cast<CUdeviceptr>(p);
+  if (driver::api().cuMemGetAddressRange(&base, &size, at) != CUDA_SUCCESS) return;
+  const CUdeviceptr end = base + size;
+  if (at + CUdeviceptr(bytes) <= end) return;
+  throw Error(ErrorCode::kInvalidArgument,
+              fmt::format("{} = {}: {} bytes from it to the end of its allocation, but {} needs {} "
+                          "bytes",
+                          name, p, end - at, shape, bytes));
+}
+
 unsigned ceil_div(std::int64_t a, std::int64_t b) { return unsigned((a + b - 1) / b); }
 
 // The launch order of each stage after the first kernel: overlapping the stage before wherever
@@ -462,6 +479,18 @@ void MoeRuntime::prepare(const MoeWeights& w) {
                     at(w.shared_down, j * I), S * I};
   }
   driver::ScopedContext scope(impl_->context.get());
+  check_extent(w.router, E * H * bytes, "weights.router", "[E, H]");
+  check_extent(w.gate, E * I * H * bytes, "weights.gate", "[E, I, H]");
+  check_extent(w.up, E * I * H * bytes, "weights.up", "[E, I, H]");
+  check_extent(w.down, E * H * I * bytes, "weights.down", "[E, H, I]");
+  if (S > 0) {
+    check_extent(w.shared_gate, S * I * H * bytes, "weights.shared_gate", "[S*I, H]");
+    check_extent(w.shared_up, S * I * H * bytes, "weights.shared_up", "[S*I, H]");
+    check_extent(w.shared_down, H * S * I * bytes, "weights.shared_down", "[H, S*I]");
+  }
+  if (c.routing.correction_bias) {
+    check_extent(w.router_bias, E * std::int64_t(sizeof(float)), "weights.router_bias", "[E] fp32");
+  }
   // Forwards in flight (on any stream) finish with the weights they were enqueued with; after
   // this the caller may free those.
   if (impl_->prepared) RT_MOE_CALL(cuCtxSynchronize);

@@ -350,6 +350,24 @@ TEST_CASE("bad arguments give clear errors", "[forward]") {
   CHECK(code_of([&] { moe.prepare(w); }) == ErrorCode::kInvalidArgument);  // null router
   HostWeights host = random_weights(c, 1);
   DeviceWeights dw = upload(host);
+  {
+    // A weight that starts 16 bytes too close to the end of its allocation for the config's
+    // shape ([E, I, H]) is refused by name, before it could be read past the end. (Placed from
+    // the allocation's size as the driver reports it, whatever it rounds that to.)
+    const std::size_t needed = 8 * 64 * 256 * 2;
+    driver::DeviceBuffer buffer(needed);
+    CUdeviceptr base = 0;
+    std::size_t size = 0;
+    RT_MOE_CALL(cuMemGetAddressRange, &base, &size, buffer.get());
+    REQUIRE(size >= needed);
+    MoeWeights view = dw.view();
+    view.up = reinterpret_cast<const void*>(base + size - needed + 16);
+    const auto refused = error_of([&] { moe.prepare(view); });
+    INFO(refused.second);
+    CHECK(refused.first == ErrorCode::kInvalidArgument);
+    CHECK(refused.second.find("weights.up") != std::string::npos);
+    CHECK(refused.second.find("[E, I, H]") != std::string::npos);
+  }
   moe.prepare(dw.view());
   CHECK(code_of([&] { moe.forward(x_dev.as<void>(), out_dev.as<void>(), -1, nullptr); }) ==
         ErrorCode::kInvalidArgument);
