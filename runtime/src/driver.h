@@ -35,7 +35,9 @@ namespace rt_moe::driver {
   X(cuEventSynchronize) X(cuEventElapsedTime) X(cuPointerGetAttribute)                            \
   X(cuOccupancyMaxActiveBlocksPerMultiprocessor) X(cuLaunchKernelEx) X(cuTensorMapEncodeTiled)    \
   X(cuCtxCreate) X(cuCtxDestroy) X(cuOccupancyMaxActiveClusters) X(cuProfilerStart)              \
-  X(cuProfilerStop) X(cuDeviceGetPCIBusId) X(cuMemGetAddressRange)
+  X(cuProfilerStop) X(cuDeviceGetPCIBusId) X(cuMemGetAddressRange) X(cuMemAddressReserve)        \
+  X(cuMemAddressFree) X(cuMemCreate) X(cuMemRelease) X(cuMemMap) X(cuMemUnmap) X(cuMemSetAccess)  \
+  X(cuMemGetAllocationGranularity)
 // clang-format on
 
 struct Api {

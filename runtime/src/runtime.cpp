@@ -42,21 +42,35 @@ void check_pointer(const void* p, const char* name) {
   }
 }
 
-// Throws Error(kInvalidArgument) when `p` lies in an allocation the driver knows (cuMemAlloc,
-// cudaMalloc, a caching allocator's block) that ends before `bytes` from p: a buffer too small for
-// the config's shape. Memory the driver does not know (system memory the GPU reads through HMM or
-// ATS) is not checked. Needs the runtime's context current.
+// Throws Error(kInvalidArgument) when the memory the driver has allocated or mapped from `p` on,
+// without a gap, ends before `bytes`: a buffer too small for the config's shape, which a kernel
+// would read past. cuMemGetAddressRange names one allocation (cuMemAlloc, a caching allocator's
+// block) or, for memory mapped with cuMemMap (PyTorch's expandable segments), one physical
+// segment of it, so the walk goes on from each range's end while another one starts right there.
+// Memory the driver does not know (system memory the GPU reads through HMM or ATS) is not
+// checked. Needs the runtime's context current.
 void check_extent(const void* p, std::int64_t bytes, const char* name, const char* shape) {
-  CUdeviceptr base = 0;
-  std::size_t size = 0;
-  const auto at = reinterpret_cast<CUdeviceptr>(p);
-  if (driver::api().cuMemGetAddressRange(&base, &size, at) != CUDA_SUCCESS) return;
-  const CUdeviceptr end = base + size;
-  if (at + CUdeviceptr(bytes) <= end) return;
-  throw Error(ErrorCode::kInvalidArgument,
-              fmt::format("{} = {}: {} bytes from it to the end of its allocation, but {} needs {} "
-                          "bytes",
-                          name, p, end - at, shape, bytes));
+  const auto range_end = [](CUdeviceptr at, CUdeviceptr* end) {
+    CUdeviceptr base = 0;
+    std::size_t size = 0;
+    if (driver::api().cuMemGetAddressRange(&base, &size, at) != CUDA_SUCCESS) return false;
+    *end = base + size;
+    return base <= at && at < *end;
+  };
+  const auto start = reinterpret_cast<CUdeviceptr>(p);
+  const CUdeviceptr needed = start + CUdeviceptr(bytes);
+  CUdeviceptr end = 0;
+  if (!range_end(start, &end)) return;
+  while (end < needed) {
+    CUdeviceptr next = 0;
+    if (!range_end(end, &next)) {
+      throw Error(ErrorCode::kInvalidArgument,
+                  fmt::format("{} = {}: the device memory allocated from it ends {} bytes on, "
+                              "but {} needs {} bytes",
+                              name, p, end - start, shape, bytes));
+    }
+    end = next;
+  }
 }
 
 unsigned ceil_div(std::int64_t a, std::int64_t b) { return unsigned((a + b - 1) / b); }

@@ -339,6 +339,73 @@ TEST_CASE("T = 0 returns at once and writes nothing", "[forward]") {
   CHECK(std::all_of(bytes.begin(), bytes.end(), [](std::uint8_t b) { return b == 0xAB; }));
 }
 
+// Device memory mapped with the driver's virtual memory calls, as PyTorch's expandable segments
+// map it: `segments` physical allocations of one granule each, mapped back to back at the start
+// of a reservation one granule longer, whose last granule stays unmapped.
+struct MappedSegments {
+  CUdeviceptr base = 0;
+  std::size_t granule = 0, reserved = 0;
+  std::vector<CUmemGenericAllocationHandle> handles;
+
+  explicit MappedSegments(int segments) {
+    CUdevice device = 0;
+    RT_MOE_CALL(cuCtxGetDevice, &device);
+    CUmemAllocationProp prop = {};
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.id = int(device);
+    RT_MOE_CALL(cuMemGetAllocationGranularity, &granule, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
+    reserved = granule * std::size_t(segments + 1);
+    RT_MOE_CALL(cuMemAddressReserve, &base, reserved, 0, 0, 0);
+    for (int i = 0; i < segments; ++i) {
+      CUmemGenericAllocationHandle handle = 0;
+      RT_MOE_CALL(cuMemCreate, &handle, granule, &prop, 0);
+      handles.push_back(handle);
+      RT_MOE_CALL(cuMemMap, base + i * granule, granule, 0, handle, 0);
+    }
+    CUmemAccessDesc access = {};
+    access.location = prop.location;
+    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    RT_MOE_CALL(cuMemSetAccess, base, granule * handles.size(), &access, 1);
+  }
+  ~MappedSegments() {  // checked without throwing: it may run while a failed check unwinds
+    const driver::Api& a = driver::api();
+    CHECK(a.cuCtxSynchronize() == CUDA_SUCCESS);
+    for (std::size_t i = 0; i < handles.size(); ++i) {
+      CHECK(a.cuMemUnmap(base + i * granule, granule) == CUDA_SUCCESS);
+      CHECK(a.cuMemRelease(handles[i]) == CUDA_SUCCESS);
+    }
+    CHECK(a.cuMemAddressFree(base, reserved) == CUDA_SUCCESS);
+  }
+  CUdeviceptr mapped_end() const { return base + granule * handles.size(); }
+};
+
+TEST_CASE(
+    "prepare() takes a weight over several mapped segments, and refuses one that runs past "
+    "its memory",
+    "[forward]") {
+  Fixture f(make_config(256, 64, 8, 1, 2, DType::kBF16), 101);
+  const std::size_t up_bytes = f.weights.up.size() * 2;  // [E, I, H]
+  MappedSegments mapped(2);
+  REQUIRE(mapped.granule >= up_bytes);
+  // Across the boundary of the two physical segments: taken, and the forward reads it whole.
+  const CUdeviceptr across = mapped.base + mapped.granule - up_bytes / 2;
+  RT_MOE_CALL(cuMemcpyHtoD, across, f.weights.up.data(), up_bytes);
+  MoeWeights view = f.device_weights.view();
+  view.up = reinterpret_cast<const void*>(across);
+  f.moe.prepare(view);
+  f.check(17, 1400, "up over two mapped segments");
+  // 16 bytes into the reservation's unmapped end: refused by name, before a kernel reads there.
+  view.up = reinterpret_cast<const void*>(mapped.mapped_end() - up_bytes + 16);
+  const auto refused = error_of([&] { f.moe.prepare(view); });
+  INFO(refused.second);
+  CHECK(refused.first == ErrorCode::kInvalidArgument);
+  CHECK(refused.second.find("weights.up") != std::string::npos);
+  CHECK(refused.second.find("[E, I, H]") != std::string::npos);
+  // The refused prepare() left the weights before it in place.
+  f.check(17, 1401, "after a refused prepare()");
+}
+
 TEST_CASE("bad arguments give clear errors", "[forward]") {
   use_primary_context();
   MoeConfig c = make_config(256, 64, 8, 1, 2, DType::kBF16);
@@ -350,24 +417,6 @@ TEST_CASE("bad arguments give clear errors", "[forward]") {
   CHECK(code_of([&] { moe.prepare(w); }) == ErrorCode::kInvalidArgument);  // null router
   HostWeights host = random_weights(c, 1);
   DeviceWeights dw = upload(host);
-  {
-    // A weight that starts 16 bytes too close to the end of its allocation for the config's
-    // shape ([E, I, H]) is refused by name, before it could be read past the end. (Placed from
-    // the allocation's size as the driver reports it, whatever it rounds that to.)
-    const std::size_t needed = 8 * 64 * 256 * 2;
-    driver::DeviceBuffer buffer(needed);
-    CUdeviceptr base = 0;
-    std::size_t size = 0;
-    RT_MOE_CALL(cuMemGetAddressRange, &base, &size, buffer.get());
-    REQUIRE(size >= needed);
-    MoeWeights view = dw.view();
-    view.up = reinterpret_cast<const void*>(base + size - needed + 16);
-    const auto refused = error_of([&] { moe.prepare(view); });
-    INFO(refused.second);
-    CHECK(refused.first == ErrorCode::kInvalidArgument);
-    CHECK(refused.second.find("weights.up") != std::string::npos);
-    CHECK(refused.second.find("[E, I, H]") != std::string::npos);
-  }
   moe.prepare(dw.view());
   CHECK(code_of([&] { moe.forward(x_dev.as<void>(), out_dev.as<void>(), -1, nullptr); }) ==
         ErrorCode::kInvalidArgument);
