@@ -782,16 +782,13 @@ int bench(const Options& options) {
 
   // The largest T's plan first, so that no T's plan grows the workspace under the graphs that
   // the T before captured (MoeRuntime would keep the captured one, with a warning). Its first
-  // forward (kernels compiled or loaded), on zero inputs, is reported at its own T.
+  // forward (kernels compiled or loaded), on that T's own inputs, is reported at its T.
   const std::int64_t largest = *std::max_element(token_counts.begin(), token_counts.end());
   double largest_first_forward_s = 0;
   {
-    driver::DeviceBuffer x_dev(std::size_t(largest) * config.d_hidden * 2);
-    driver::DeviceBuffer out_dev(x_dev.bytes());
-    RT_MOE_CALL(cuMemsetD8Async, x_dev.get(), 0, x_dev.bytes(), stream.get());
-    RT_MOE_CALL(cuStreamSynchronize, stream.get());
+    TokenInputs inputs = token_inputs(config, largest, options.balanced);
     const Clock::time_point start = Clock::now();
-    moe.forward(x_dev.as<const void>(), out_dev.as<void>(), largest, stream.get());
+    moe.forward(inputs.x_dev.as<const void>(), inputs.out_dev.as<void>(), largest, stream.get());
     RT_MOE_CALL(cuStreamSynchronize, stream.get());
     largest_first_forward_s = seconds_since(start);
   }
