@@ -216,34 +216,29 @@ bool check_stream_context(CUstream stream, CUcontext expected, const char* what)
   CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
   const CUresult queried =
       a.cuStreamGetCaptureInfo(stream, &capture, nullptr, nullptr, nullptr, nullptr, nullptr);
-  if (stream == CU_STREAM_PER_THREAD) {
-    if (queried != CUDA_SUCCESS) {
-      throw Error(ErrorCode::kCuda,
-                  fmt::format("{}: cuStreamGetCaptureInfo(the per-thread stream) failed: {}", what,
-                              error_text(queried)));
-    }
-    return capture != CU_STREAM_CAPTURE_STATUS_NONE;
-  }
   if (queried == CUDA_SUCCESS && capture != CU_STREAM_CAPTURE_STATUS_NONE) return true;
-  CUcontext owner = nullptr;
-  if (CUresult r = a.cuStreamGetCtx(stream, &owner); r != CUDA_SUCCESS) {
-    throw Error(ErrorCode::kCuda, fmt::format("{}: cuStreamGetCtx(stream {}) failed: {}", what,
-                                              fmt::ptr(stream), error_text(r)));
-  }
-  if (owner == expected) {
-    if (queried != CUDA_SUCCESS) {
-      throw Error(ErrorCode::kCuda, fmt::format("{}: cuStreamGetCaptureInfo(stream {}) failed: {}",
-                                                what, fmt::ptr(stream), error_text(queried)));
+  if (stream != CU_STREAM_PER_THREAD) {
+    CUcontext owner = nullptr;
+    if (CUresult r = a.cuStreamGetCtx(stream, &owner); r != CUDA_SUCCESS) {
+      throw Error(ErrorCode::kCuda, fmt::format("{}: cuStreamGetCtx(stream {}) failed: {}", what,
+                                                fmt::ptr(stream), error_text(r)));
     }
-    return false;
+    if (owner != expected) {
+      const std::string device = device_of(expected);
+      throw Error(ErrorCode::kInvalidArgument,
+                  fmt::format("{}: stream {} belongs to context {} ({}), not to {}'s primary "
+                              "context {} that this runtime uses; create the stream while that "
+                              "context is current (with the CUDA runtime: cudaSetDevice on that "
+                              "device)",
+                              what, fmt::ptr(stream), fmt::ptr(owner), device_of(owner), device,
+                              fmt::ptr(expected)));
+    }
   }
-  const std::string device = device_of(expected);
-  throw Error(ErrorCode::kInvalidArgument,
-              fmt::format("{}: stream {} belongs to context {} ({}), not to {}'s primary context "
-                          "{} that this runtime uses; create the stream while that context is "
-                          "current (with the CUDA runtime: cudaSetDevice on that device)",
-                          what, fmt::ptr(stream), fmt::ptr(owner), device_of(owner), device,
-                          fmt::ptr(expected)));
+  if (queried != CUDA_SUCCESS) {
+    throw Error(ErrorCode::kCuda, fmt::format("{}: cuStreamGetCaptureInfo(stream {}) failed: {}",
+                                              what, fmt::ptr(stream), error_text(queried)));
+  }
+  return false;
 }
 
 // Destroy functions run in destructors: they log instead of throwing.

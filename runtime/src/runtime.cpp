@@ -467,19 +467,30 @@ const MoeConfig& MoeRuntime::config() const { return impl_->config; }
 
 void MoeRuntime::prepare(const MoeWeights& w) {
   const MoeConfig& c = impl_->config;
-  check_pointer(w.router, "weights.router");
-  check_pointer(w.gate, "weights.gate");
-  check_pointer(w.up, "weights.up");
-  check_pointer(w.down, "weights.down");
-  if (c.n_shared_experts > 0) {
-    check_pointer(w.shared_gate, "weights.shared_gate");
-    check_pointer(w.shared_up, "weights.shared_up");
-    check_pointer(w.shared_down, "weights.shared_down");
-  }
-  // Read only by the routing kernel, and only when the config uses it.
-  if (c.routing.correction_bias) check_pointer(w.router_bias, "weights.router_bias");
   const std::int64_t H = c.d_hidden, I = c.d_expert, E = c.n_routed_experts;
   const std::int64_t S = c.n_shared_experts, bytes = dtype_bytes(c.dtype);
+  // Every weight the config reads, with its size: the shared expert's only when S > 0, the
+  // correction bias (read only by the routing kernel) only when the config uses it.
+  struct Weight {
+    const void* p;
+    const char* name;
+    std::int64_t bytes;
+    const char* shape;
+  };
+  std::vector<Weight> weights = {{w.router, "weights.router", E * H * bytes, "[E, H]"},
+                                 {w.gate, "weights.gate", E * I * H * bytes, "[E, I, H]"},
+                                 {w.up, "weights.up", E * I * H * bytes, "[E, I, H]"},
+                                 {w.down, "weights.down", E * H * I * bytes, "[E, H, I]"}};
+  if (S > 0) {
+    weights.push_back({w.shared_gate, "weights.shared_gate", S * I * H * bytes, "[S*I, H]"});
+    weights.push_back({w.shared_up, "weights.shared_up", S * I * H * bytes, "[S*I, H]"});
+    weights.push_back({w.shared_down, "weights.shared_down", H * S * I * bytes, "[H, S*I]"});
+  }
+  if (c.routing.correction_bias) {
+    weights.push_back(
+        {w.router_bias, "weights.router_bias", E * std::int64_t(sizeof(float)), "[E] fp32"});
+  }
+  for (const Weight& weight : weights) check_pointer(weight.p, weight.name);
   auto at = [bytes](const void* base, std::int64_t elements) {
     return static_cast<const char*>(base) + elements * bytes;
   };
@@ -493,17 +504,8 @@ void MoeRuntime::prepare(const MoeWeights& w) {
                     at(w.shared_down, j * I), S * I};
   }
   driver::ScopedContext scope(impl_->context.get());
-  check_extent(w.router, E * H * bytes, "weights.router", "[E, H]");
-  check_extent(w.gate, E * I * H * bytes, "weights.gate", "[E, I, H]");
-  check_extent(w.up, E * I * H * bytes, "weights.up", "[E, I, H]");
-  check_extent(w.down, E * H * I * bytes, "weights.down", "[E, H, I]");
-  if (S > 0) {
-    check_extent(w.shared_gate, S * I * H * bytes, "weights.shared_gate", "[S*I, H]");
-    check_extent(w.shared_up, S * I * H * bytes, "weights.shared_up", "[S*I, H]");
-    check_extent(w.shared_down, H * S * I * bytes, "weights.shared_down", "[H, S*I]");
-  }
-  if (c.routing.correction_bias) {
-    check_extent(w.router_bias, E * std::int64_t(sizeof(float)), "weights.router_bias", "[E] fp32");
+  for (const Weight& weight : weights) {
+    check_extent(weight.p, weight.bytes, weight.name, weight.shape);
   }
   // Forwards in flight (on any stream) finish with the weights they were enqueued with; after
   // this the caller may free those.
