@@ -103,8 +103,12 @@ const LaunchPlan& MoeRuntime::Impl::plan_for(std::int64_t tokens, bool capturing
   }
   LaunchPlan plan = build_plan(bucket, choose_tile(bucket));
   ensure_workspace(plan.layout.bytes);
-  log().debug("plan for bucket {} (<= {} tokens): tile {}, shared expert prefetch {} B a row",
-              bucket.group_sum_max, bucket.max_tokens, plan.tile.describe(), plan.shared_prefetch);
+  log().debug(
+      "plan for bucket {} (<= {} tokens): tile {}, shared expert prefetch {} B a row, counters "
+      "at {:#x} ({} B), workspace at {:#x} ({} B)",
+      bucket.group_sum_max, bucket.max_tokens, plan.tile.describe(), plan.shared_prefetch,
+      std::uint64_t(plan.counters.get()), plan.counters.bytes(), std::uint64_t(workspace.get()),
+      workspace.bytes());
   return plans.emplace(bucket.group_sum_max, std::move(plan)).first->second;
 }
 
@@ -224,7 +228,8 @@ void MoeRuntime::Impl::ensure_workspace(std::size_t bytes) {
     workspace.reset();
   }
   workspace = driver::DeviceBuffer(bytes);
-  log().debug("workspace grown to {:.1f} MiB", bytes / 1048576.0);
+  log().debug("workspace grown to {:.1f} MiB at {:#x}", bytes / 1048576.0,
+              std::uint64_t(workspace.get()));
 }
 
 void MoeRuntime::Impl::enqueue_routing(const LaunchPlan& plan, const void* x, int T,
