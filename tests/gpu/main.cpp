@@ -5,10 +5,29 @@
 #include <catch2/catch.hpp>
 
 #include <cstdio>
+#include <iostream>
 #include <string>
 
 #include "driver.h"
 #include "skip_or_run.h"
+
+namespace {
+
+// When the whole binary runs under a time limit (on a GPU host, outside ctest) and is killed,
+// the report to a file or pipe is lost from its last flush on, so it would not show which case
+// was running: each case's name goes to stderr (unbuffered) as it starts, and the report is
+// flushed as each case ends.
+struct Progress : Catch::TestEventListenerBase {
+  using TestEventListenerBase::TestEventListenerBase;
+  void testCaseStarting(const Catch::TestCaseInfo& info) override {
+    std::cout.flush();
+    std::fprintf(stderr, "-- starting: %s\n", info.name.c_str());
+  }
+  void testCaseEnded(const Catch::TestCaseStats&) override { std::cout.flush(); }
+};
+CATCH_REGISTER_LISTENER(Progress)
+
+}  // namespace
 
 int main(int argc, char** argv) {
   return rt_moe::test::skip_or_run(argc, argv, [](std::string* why) {

@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# The device runs of issue 6, on a GPU host, over a build made here by
+# `scripts/ab_prepare --tar REV devrun/NAME` (carry devrun/NAME; devrun/ is git-ignored and does
+# not outlive a checkout, so these live here). Few files under $OUT: the device tool returns a
+# handful at most.
+#
+#   docs/experiments/issue6_runs.sh table BUILD DTYPE   issue 6's table (DeepSeek-V3 and gpumode,
+#                                                        --check), one line a T
+#   docs/experiments/issue6_runs.sh second-t BUILD      43d: token counts repeated in one process,
+#                                                        fp16 and bf16 (PERF.md 43d, 44a)
+#   docs/experiments/issue6_runs.sh suite BUILD SECONDS the whole GPU suite, line-buffered
+set -u
+mode=${1:?table, second-t or suite}
+build=${2:?a build directory}
+out=${OUT:-.}
+export RT_MOE_CACHE_DIR=$PWD/$build/kcache
+bench() {  # NAME ARGS...: one bench process, its JSON at $out/NAME.json, its log appended
+  local name=$1
+  shift
+  local start=$SECONDS
+  "$build/tools/rt_moe_bench" --no-compile-timing --json "$out/$name.json" "$@" \
+    >> "$out/bench.log" 2>&1
+  echo "$name rc=$? $((SECONDS - start)) s"
+}
+summary() {  # JSON files: one line a T
+  python3 - "$@" <<'PY'
+import json, os, sys
+for path in sys.argv[1:]:
+    try:
+        d = json.load(open(path))
+    except (OSError, ValueError) as e:
+        print(path, "not read:", e)
+        continue
+    for r in d["results"]:
+        p, c = r.get("power") or {}, r.get("check") or {}
+        print(f"{os.path.basename(path)} {d['model']['dtype']} T={r['tokens']:6d} "
+              f"ms={r['ms_median']:.4f} graph={r['graph_ms_median']:.4f} "
+              f"x_floor={r['time_over_floor']:.3f} W={p.get('watts') or 0:.0f} "
+              f"MHz={p.get('sm_mhz') or 0:.0f} capped={p.get('power_capped') or 0:.2f} "
+              f"x_power_floor={p.get('time_over_power_floor') or 0:.2f} "
+              f"check={c.get('pass')} {c.get('rel_l2') or 0:.1e}")
+PY
+}
+case "$mode" in
+  table)
+    dtype=${3:?bf16 or fp16}
+    bench "ds-$dtype" --preset deepseek-v3 --dtype "$dtype" --check --tokens 1,8,64,512,4096,16384
+    bench "gm-$dtype" --preset gpumode-moe --dtype "$dtype" --check --no-launch-timing \
+      --tokens 2048,8192
+    summary "$out/ds-$dtype.json" "$out/gm-$dtype.json"
+    ;;
+  second-t)
+    nvidia-smi --query-gpu=timestamp,clocks.mem,clocks.sm,temperature.gpu,temperature.memory,power.draw,clocks_event_reasons.active \
+      --format=csv -lms 1000 > "$out/smi.csv" 2>&1 &
+    monitor=$!
+    export RT_MOE_LOG_LEVEL=debug  # each plan's counters and workspace addresses
+    common=(--preset deepseek-v3 --no-launch-timing)
+    bench f1 "${common[@]}" --dtype fp16 --tokens 8,1,8,1,8,1,8
+    bench f2 "${common[@]}" --dtype fp16 --tokens 1,8,1,8,1,8,1
+    bench c1 "${common[@]}" --dtype fp16 --check --tokens 1,8,1,8
+    bench b1 "${common[@]}" --dtype bf16 --check --tokens 1,8,1,8
+    kill "$monitor"
+    summary "$out"/f1.json "$out"/f2.json "$out"/c1.json "$out"/b1.json
+    grep -h 'counters at' "$out/bench.log"
+    ;;
+  suite)
+    seconds=${3:?a time limit in seconds}
+    timeout "$seconds" stdbuf -oL -eL "$build/tests/rt_moe_gpu_tests" --durations yes \
+      > "$out/suite.log" 2>&1
+    echo "suite rc=$?"
+    tail -3 "$out/suite.log"
+    ;;
+  *) echo "unknown mode $mode" >&2; exit 2 ;;
+esac
