@@ -16,6 +16,12 @@
 //   its share (columns [n H / kGateUpCols, (n + 1) H / kGateUpCols)) of y's rows of row block
 //   m, published with its count, so the halves add onto zeros and the sum is the same in either
 //   order.
+//   With SHARED_PARTS > 1, each of the shared expert's gate/up tiles is that many items, its K
+//   parts (consecutive tickets), the last of them to finish adding their fp32 partial sums in
+//   part order and writing h (GroupedGemmSm80::tile). At DeepSeek-V3 T = 1 the shared expert
+//   has 64 gate/up tiles, and until the routing ends (~8-9 us into the forward) they are all
+//   that can stream weights while the other ~200 resident blocks wait (docs/PERF.md 32f, 41a):
+//   as 4 parts, 256 items stream from the start.
 // The shared expert's rows do not depend on the routing (every token, in token order: a table of
 // its pairs written at plan time, its own h rows), so items 1 and 2 run before the dependency
 // wait, while the routing kernels still run; items 3 and 4 wait for them.
@@ -34,7 +40,7 @@
 namespace rt_moe {
 
 template <typename D, int H, int I, int E, int S, int K, int BLOCK_N, int WARPS_N, int STAGES,
-          bool SHARED_DOWN_LAST, int DOWN_PARTS, typename Y = float>
+          bool SHARED_DOWN_LAST, int DOWN_PARTS, int SHARED_PARTS, typename Y = float>
 struct GroupedGemmDecode {
   using GateUp = GroupedGemmSm80<D, H, I, E, S, K, kGateUp, 16, BLOCK_N, 64, 1, WARPS_N, STAGES>;
   using Down = GroupedGemmSm80<D, H, I, E, S, K, kDown, 16, BLOCK_N, 64, 1, WARPS_N, STAGES, Y>;
@@ -47,6 +53,9 @@ struct GroupedGemmDecode {
   static_assert(GateUp::kThreads == Down::kThreads, "one block size for both GEMMs");
   static_assert(DOWN_PARTS == 1 || DOWN_PARTS == 2, "down tiles whole or in two K halves");
   static_assert(DOWN_PARTS == 1 || YOps<Y>::kBytes == 4, "K halves add into fp32 y (atomics)");
+  static_assert(BLOCK_N >= 32 && BLOCK_N <= 128, "the workspace's shared counts and partials");
+  static_assert(SHARED_PARTS >= 1 && SHARED_PARTS <= kMaxSharedParts,
+                "the shared gate/up tiles whole or in up to kMaxSharedParts K parts");
 
   // Zeroes columns [n H / kGateUpCols, (n + 1) H / kGateUpCols) of the y rows of row block m's
   // pairs (DOWN_PARTS = 2).
@@ -59,13 +68,16 @@ struct GroupedGemmDecode {
     }
   }
 
-  // The tile (row block m, column block n) of GEMM `Gemm` (down: its K half `part` of PARTS):
-  // gate/up tiles count themselves in done[m], down tiles wait for done[m] == kGateUpCols.
-  // ZERO_Y: a gate/up tile zeroes its share of the y rows of `down` first.
+  // The tile (row block m, column block n) of GEMM `Gemm`, or its K part `part` of PARTS (down:
+  // halves; gate/up: parts meeting through `partials` and `part_count`, GroupedGemmSm80::tile):
+  // gate/up tiles count themselves in done[m] once written, down tiles wait for done[m] ==
+  // kGateUpCols. ZERO_Y: a gate/up tile zeroes its share of the y rows of `down` first.
   template <typename Gemm, bool GATE_UP, int PARTS = 1, bool ZERO_Y = false>
   static __device__ __forceinline__ void item(const GemmParams& g, int m, int n, int* done,
                                               unsigned char* smem, int part = 0,
-                                              const GemmParams* down = nullptr) {
+                                              const GemmParams* down = nullptr,
+                                              float* partials = nullptr,
+                                              int* part_count = nullptr) {
     if (!GATE_UP) {
       if (threadIdx.x == 0) {
         while (load_acquire_gpu(done + m) < kGateUpCols) __nanosleep(128);
@@ -73,8 +85,8 @@ struct GroupedGemmDecode {
       __syncthreads();
     }
     if constexpr (ZERO_Y) zero_y(*down, m, n);
-    Gemm::template tile<PARTS>(g, m, n, smem, part);
-    if (GATE_UP) {
+    const bool written = Gemm::template tile<PARTS>(g, m, n, smem, part, partials, part_count);
+    if (GATE_UP && written) {
       __threadfence();  // this thread's h (and y) stores, before the count below
       __syncthreads();
       if (threadIdx.x == 0) atomicAdd(done + m, 1);
@@ -98,12 +110,16 @@ struct GroupedGemmDecode {
     auto shared_block = [&](int index) {
       return index / chunk_blocks * p.shared_chunk_blocks + index % chunk_blocks;
     };
-    if (t < shared_rows * kGateUpCols) {
-      item<GateUp, true>(p.shared_gate_up, shared_block(t / kGateUpCols), t % kGateUpCols,
-                         p.shared_done, smem);
+    if (t < shared_rows * kGateUpCols * SHARED_PARTS) {
+      const int tile = t / SHARED_PARTS, m = shared_block(tile / kGateUpCols),
+                n = tile % kGateUpCols, at = m * kGateUpCols + n;
+      item<GateUp, true, SHARED_PARTS>(
+          p.shared_gate_up, m, n, p.shared_done, smem, t % SHARED_PARTS, nullptr,
+          p.shared_partials + (long long)at * SHARED_PARTS * GateUp::kThreads * GateUp::kAccFloats,
+          p.shared_part_counts + at);
       return;
     }
-    t -= shared_rows * kGateUpCols;
+    t -= shared_rows * kGateUpCols * SHARED_PARTS;
     auto shared_down = [&](int index) {
       item<Down, false>(p.shared_down, shared_block(index / kDownCols), index % kDownCols,
                         p.shared_done, smem);

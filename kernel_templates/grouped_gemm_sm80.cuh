@@ -84,18 +84,31 @@ struct GroupedGemmSm80 {
     tile(p, blockIdx.x, blockIdx.y, smem);
   }
 
+  // fp32 accumulators a thread holds: a tile's partial sums are kThreads x kAccFloats floats.
+  static constexpr int kAccFloats = kFragsM * kFragsN * 4;
+
   // The block's work on (row block block_m, column block n_block), with `smem` (kSmemBytes) as
   // its ring; also the work items of the fused decode kernel (grouped_gemm_decode.cuh). Every
-  // thread of the block calls it. Down with PARTS = 2 (the fused kernel only): K half `part`,
-  // its weighted partial sums added to y by fp32 atomics onto zeros (y zeroed beforehand), so
-  // the two halves give the same sum in either order.
+  // thread of the block calls it. Returns whether the block wrote the tile's output (the same in
+  // every thread). The fused kernel only, K part `part` of PARTS (consecutive K tiles, the last
+  // part taking the remainder):
+  //   - down, PARTS = 2: its weighted partial sums added to y by fp32 atomics onto zeros (y
+  //     zeroed beforehand), so the two halves give the same sum in either order;
+  //   - gate/up, PARTS = 2 to kMaxSharedParts: the block stores its fp32 partial sums at
+  //     partials + part kThreads kAccFloats (each thread its own fragments, those of live
+  //     pairs' rows only) and counts itself in *part_count; the block that counts last adds the
+  //     PARTS partials in part order (the same sum whichever block is last) and writes h, the
+  //     others return false. *part_count is left at PARTS (the combine zeroes the counters).
   template <int PARTS = 1>
-  static __device__ void tile(const GemmParams& p, int block_m, int n_block, unsigned char* smem,
-                              int part = 0) {
-    static_assert(PARTS == 1 || (PARTS == 2 && MODE == kDown), "down's K halves only");
-    static_assert(PARTS == 1 || YOps<Y>::kBytes == 4, "K halves add into fp32 y (atomics)");
+  static __device__ bool tile(const GemmParams& p, int block_m, int n_block, unsigned char* smem,
+                              int part = 0, float* partials = nullptr, int* part_count = nullptr) {
+    static_assert(PARTS == 1 || (PARTS == 2 && MODE == kDown) ||
+                      (PARTS <= kMaxSharedParts && MODE == kGateUp && kFragsM == 1),
+                  "down's K halves, or gate/up's K parts of one 16-row fragment a thread");
+    static_assert(PARTS == 1 || MODE != kDown || YOps<Y>::kBytes == 4,
+                  "K halves add into fp32 y (atomics)");
     const int m0 = block_m * BLOCK_M;
-    if (MODE == kRouter ? m0 >= p.tokens : block_m >= *p.num_blocks) return;
+    if (MODE == kRouter ? m0 >= p.tokens : block_m >= *p.num_blocks) return part == PARTS - 1;
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
     const int warp_m = warp / WARPS_N, warp_n = warp % WARPS_N;
     bool once;
@@ -118,11 +131,19 @@ struct GroupedGemmSm80 {
     // K tiles [k0, k0 + tiles): all of them, or the router's part blockIdx.z of gridDim.z, or
     // down's half `part`.
     const int k0 = MODE == kRouter ? int(blockIdx.z * Loader::kTiles / gridDim.z)
-                   : PARTS == 2    ? part * (Loader::kTiles / 2)
-                                   : 0;
+                                   : part * Loader::kTiles / PARTS;
     const int tiles = MODE == kRouter ? int((blockIdx.z + 1) * Loader::kTiles / gridDim.z) - k0
-                      : PARTS == 2    ? (part == 0 ? Loader::kTiles / 2 : Loader::kTiles - k0)
-                                      : Loader::kTiles;
+                                      : (part + 1) * Loader::kTiles / PARTS - k0;
+    // Gate/up's K parts: whether this thread's fragment rows (lane / 4 and lane / 4 + 8) hold
+    // live pairs, loaded now so that the loads' latency passes under the main loop.
+    bool live_rows = true;
+    if constexpr (MODE == kGateUp && PARTS > 1) {
+      const auto live = [&](int row) {
+        const int pair = p.sorted_rows[m0 + row];
+        return pair >= 0 && pair / kSlots < p.tokens;
+      };
+      live_rows = live(lane / 4) || live(lane / 4 + 8);
+    }
 #pragma unroll
     for (int s = 0; s < STAGES - 1; ++s) {
       if (s < tiles) load_stage(s, k0 + s);
@@ -163,6 +184,9 @@ struct GroupedGemmSm80 {
       }
     }
     cp_async_wait<0>();
+    if constexpr (MODE == kGateUp && PARTS > 1) {
+      if (!parts_meet<PARTS>(acc, smem, part, partials, part_count, live_rows)) return false;
+    }
 
     // Epilogue. Fragment element v of acc[mi][ni]: row lane / 4 (+ 8 for v >= 2), column
     // (lane % 4) * 2 + (v & 1).
@@ -223,6 +247,51 @@ struct GroupedGemmSm80 {
         }
       }
     }
+    return true;
+  }
+
+ private:
+  // Gate/up's K parts (tile): stores this block's partial sums and counts the block; in the block
+  // that counts last, acc becomes the sum of all PARTS partials in part order and it returns true.
+  // A thread whose rows hold no live pair neither stores nor reads (its h rows are never read).
+  template <int PARTS>
+  static __device__ __forceinline__ bool parts_meet(float (&acc)[kFragsM][kFragsN][4],
+                                                    unsigned char* smem, int part, float* partials,
+                                                    int* part_count, bool live_rows) {
+    const int tid = threadIdx.x;
+    if (live_rows) {
+      float4* mine = reinterpret_cast<float4*>(partials + (part * kThreads + tid) * kAccFloats);
+#pragma unroll
+      for (int ni = 0; ni < kFragsN; ++ni) {
+        mine[ni] = make_float4(acc[0][ni][0], acc[0][ni][1], acc[0][ni][2], acc[0][ni][3]);
+      }
+    }
+    __threadfence();  // this thread's partials, before the block's count
+    __syncthreads();  // every thread's fenced; no thread reads the ring any more
+    int* arrived = reinterpret_cast<int*>(smem);
+    if (tid == 0) *arrived = atomicAdd(part_count, 1);
+    __syncthreads();
+    if (*arrived != PARTS - 1) return false;
+    __threadfence();  // the other parts' partials (fenced before their counts), after ours
+    if (live_rows) {
+#pragma unroll
+      for (int ni = 0; ni < kFragsN; ++ni)
+        acc[0][ni][0] = acc[0][ni][1] = acc[0][ni][2] = acc[0][ni][3] = 0.f;
+#pragma unroll
+      for (int q = 0; q < PARTS; ++q) {
+        const float4* theirs =
+            reinterpret_cast<const float4*>(partials + (q * kThreads + tid) * kAccFloats);
+#pragma unroll
+        for (int ni = 0; ni < kFragsN; ++ni) {
+          const float4 v = __ldcg(theirs + ni);  // from L2: other SMs wrote them
+          acc[0][ni][0] += v.x;
+          acc[0][ni][1] += v.y;
+          acc[0][ni][2] += v.z;
+          acc[0][ni][3] += v.w;
+        }
+      }
+    }
+    return true;
   }
 };
 

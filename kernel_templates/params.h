@@ -30,6 +30,10 @@ inline constexpr int kCounterStride = 32;
 // grouped_gemm_sm90_ws.cuh are sized against, on the device and in the host's tile filter.
 inline constexpr int kMaxDynamicSmemSm90 = 227 * 1024;
 
+// The fused decode GEMM's shared expert gate/up tiles run as up to this many K parts
+// (grouped_gemm_decode.cuh, SHARED_PARTS): the workspace's partial sums are sized for it.
+inline constexpr int kMaxSharedParts = 4;
+
 struct TopkParams {
   const float* logits;  // (logit_splits, T, E)
   const float* bias;    // (E) correction bias, added to the scores for selection only; null
@@ -111,6 +115,11 @@ struct DecodeParams {
   int* ticket;              // (1)
   int* gate_up_done;        // (max_blocks) finished gate/up tiles of each routed row block
   int* shared_done;         // (S * shared_chunk_blocks) the same for the shared rows
+  // SHARED_PARTS > 1: the K parts' fp32 partial sums of each shared gate/up tile (row block m,
+  // column block n): SHARED_PARTS x 16 BLOCK_N floats at (m kGateUpCols + n) SHARED_PARTS 16
+  // BLOCK_N, and the parts of each tile that finished, at m kGateUpCols + n.
+  float* shared_partials;
+  int* shared_part_counts;
 };
 
 // A CUDA tensor map (CUtensorMap: 128 opaque bytes, 128-byte aligned as in cuda.h), encoded on the

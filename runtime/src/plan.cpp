@@ -17,6 +17,8 @@ std::int64_t max_row_blocks(const MoeConfig& c, std::int64_t tokens, int block_m
   return (pairs + block_m - 1) / block_m + std::min(experts, pairs);
 }
 
+std::int64_t shared_gate_up_cols(const MoeConfig& c) { return (c.d_expert + 15) / 16; }
+
 WorkspaceLayout workspace_layout(const MoeConfig& c, std::int64_t max_tokens, int block_m,
                                  bool fused) {
   WorkspaceLayout l;
@@ -42,13 +44,16 @@ WorkspaceLayout workspace_layout(const MoeConfig& c, std::int64_t max_tokens, in
   l.topk_weights = take(sizeof(float) * T * k);
   l.shared_chunk_blocks = fused ? (T + kFusedBlockM - 1) / kFusedBlockM : 0;
   CounterLayout& n = l.counters;
-  n.ints = std::size_t(E + 3 + l.max_blocks + S * l.shared_chunk_blocks + E * kCounterStride);
+  const std::int64_t shared_blocks = S * l.shared_chunk_blocks;
+  n.ints = std::size_t(E + 3 + l.max_blocks + shared_blocks * (1 + shared_gate_up_cols(c)) +
+                       E * kCounterStride);
   n.counts = 0;
   n.tile_counters = n.counts + sizeof(int) * E;
   n.decode_ticket = n.tile_counters + sizeof(int) * 2;
   n.gate_up_done = n.decode_ticket + sizeof(int);
   n.shared_done = n.gate_up_done + sizeof(int) * l.max_blocks;
-  n.count_lines = n.shared_done + sizeof(int) * S * l.shared_chunk_blocks;
+  n.shared_part_counts = n.shared_done + sizeof(int) * shared_blocks;
+  n.count_lines = n.shared_part_counts + sizeof(int) * shared_blocks * shared_gate_up_cols(c);
   l.route_counts = take(sizeof(int) * E * (kCounterStride + 1));
   l.fill = take(sizeof(int) * E * kCounterStride);
   l.padded_offsets = take(sizeof(int) * (E + S + 1));
@@ -58,6 +63,9 @@ WorkspaceLayout workspace_layout(const MoeConfig& c, std::int64_t max_tokens, in
   l.h = take(std::size_t(dtype_bytes(c.dtype)) * l.max_rows * c.d_expert);
   l.shared_h = take(std::size_t(dtype_bytes(c.dtype)) * S * l.shared_chunk_blocks * kFusedBlockM *
                     c.d_expert);
+  // A fused tile's gate/up column blocks times its B rows: at most 2 I + block_n (<= 128).
+  l.shared_partials =
+      take(sizeof(float) * shared_blocks * kMaxSharedParts * kFusedBlockM * (2 * c.d_expert + 128));
   l.y = take(std::size_t(y_bytes(c.y_dtype)) * T * slots * c.d_hidden);
   l.bytes = at;
   return l;

@@ -28,8 +28,11 @@ struct CounterLayout {
   std::size_t gate_up_done = 0;   // int (max_blocks): finished gate/up tiles a row block (the
                                   // swapped gate/up: its consumer warps' counts, row_done)
   std::size_t shared_done = 0;    // int (S * shared_chunk_blocks): the same, shared rows
-  std::size_t count_lines = 0;    // int (E * kCounterStride): top-k's atomic counts (params.h)
-  std::size_t ints = 0;           // all of them
+  // int (S * shared_chunk_blocks * shared_gate_up_cols): the K parts of each shared gate/up tile
+  // that finished (DecodeParams::shared_part_counts)
+  std::size_t shared_part_counts = 0;
+  std::size_t count_lines = 0;  // int (E * kCounterStride): top-k's atomic counts (params.h)
+  std::size_t ints = 0;         // all of them
 };
 
 // Byte offsets of the forward's scratch arrays in the workspace, sized for a bucket.
@@ -53,9 +56,16 @@ struct WorkspaceLayout {
   // bucket's most tokens, shared_chunk_blocks of them a chunk.
   std::int64_t shared_chunk_blocks = 0;
   std::size_t shared_h = 0;  // dtype (S * shared_chunk_blocks * 16, I)
-  std::size_t y = 0;         // (T * (k + S), H) of MoeConfig::y_dtype
-  std::size_t bytes = 0;     // total
+  // float: the shared gate/up tiles' K parts' partial sums (DecodeParams::shared_partials), for
+  // up to kMaxSharedParts parts and any fused tile's columns
+  std::size_t shared_partials = 0;
+  std::size_t y = 0;      // (T * (k + S), H) of MoeConfig::y_dtype
+  std::size_t bytes = 0;  // total
 };
+
+// The fused decode GEMM's shared gate/up column blocks, counted for its narrowest tile (32 B rows,
+// 16 h columns a block), so that every fused tile fits the counters sized by it.
+std::int64_t shared_gate_up_cols(const MoeConfig& config);
 
 // Row blocks needed in the worst case for `tokens`: every pair, plus one partial block for each
 // expert that can be non-empty.

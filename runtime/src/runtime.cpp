@@ -415,10 +415,16 @@ void MoeRuntime::Impl::enqueue_stages(const LaunchPlan& plan, const void* x, voi
     decode.ticket = counter(n.decode_ticket);
     decode.gate_up_done = counter(n.gate_up_done);
     decode.shared_done = counter(n.shared_done);
-    // Enough blocks for every item: a down tile is plan.tile.split items.
-    launch(*plan.gate_up,
-           {unsigned(blocks) * (gate_up_cols + down_cols * unsigned(plan.tile.split))}, decode,
-           stream, order);
+    decode.shared_partials = reinterpret_cast<float*>(ptr(l.shared_partials));
+    decode.shared_part_counts = counter(n.shared_part_counts);
+    // Enough blocks for every item: a down tile is plan.tile.split items, a shared gate/up tile
+    // plan.tile.shared_parts.
+    const unsigned shared_extra = unsigned(c.n_shared_experts * l.shared_chunk_blocks) *
+                                  gate_up_cols * unsigned(plan.tile.shared_parts - 1);
+    launch(
+        *plan.gate_up,
+        {unsigned(blocks) * (gate_up_cols + down_cols * unsigned(plan.tile.split)) + shared_extra},
+        decode, stream, order);
   } else {
     launch(*plan.gate_up, {unsigned(blocks), gate_up_cols}, gate_up, stream, order);
     launch(*plan.down, {unsigned(blocks), down_cols}, down, stream, order);

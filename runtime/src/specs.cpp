@@ -24,8 +24,9 @@ std::string y_argument(const MoeConfig& c) {
 std::string GemmTile::describe() const {
   if (gemv) return fmt::format("gemv r{} w{} s{}", block_m, warps_m, stages);
   if (fused) {
-    return fmt::format("fused {}x{}x{} w1x{} s{}{}{}", block_m, block_n, block_k, warps_n, stages,
-                       shared_down_last ? " sdl" : "", split > 1 ? fmt::format(" k{}", split) : "");
+    return fmt::format("fused {}x{}x{} w1x{} s{}{}{}{}", block_m, block_n, block_k, warps_n, stages,
+                       shared_down_last ? " sdl" : "", split > 1 ? fmt::format(" k{}", split) : "",
+                       shared_parts > 1 ? fmt::format(" sp{}", shared_parts) : "");
   }
   if (swap) return fmt::format("sm90swap {}x{}x{} s{}", block_m, block_n, block_k, stages);
   if (sm == 90 && ws) {
@@ -73,11 +74,12 @@ GemmTile gemv_tile(int rows, int warps, int stages) {
 
 // A fused decode tile (grouped_gemm_decode.cuh): 16 rows, `block_n` B rows, `warps` warps.
 GemmTile fused_tile(int block_n, int warps, int stages, bool shared_down_last = false,
-                    int down_parts = 1) {
+                    int down_parts = 1, int shared_parts = 1) {
   GemmTile t{kFusedBlockM, block_n, 64, 1, warps, stages, 80};
   t.fused = true;
   t.shared_down_last = shared_down_last;
   t.split = down_parts;
+  t.shared_parts = shared_parts;
   return t;
 }
 
@@ -170,6 +172,11 @@ std::vector<GemmTile> candidate_tiles(const MoeConfig& c, long long max_tokens,
   if (rows_per_expert(c, max_tokens) <= 16) {
     space.insert(space.end(), {fused_tile(64, 4, 8), fused_tile(64, 4, 10), fused_tile(128, 4, 4),
                                fused_tile(64, 4, 8, true), fused_tile(64, 4, 8, true, 2)});
+    // The shared expert's gate/up tiles in K parts: more blocks stream while the routing runs.
+    if (c.n_shared_experts > 0) {
+      space.insert(space.end(),
+                   {fused_tile(64, 4, 8, true, 1, 2), fused_tile(64, 4, 8, true, 1, 4)});
+    }
     for (int warps : {4, 8}) {
       for (int stages : {1, 2}) {
         space.push_back(gemv_tile(8, warps, stages));
@@ -361,12 +368,13 @@ KernelSpec gemm_spec(const MoeConfig& c, GemmStage stage, const GemmTile& t) {
   const std::string down_y = stage == GemmStage::kDown ? y_argument(c) : "";
   if (t.fused) {
     // One kernel for both stages: the plan launches it once (runtime.cpp).
-    return {"grouped_gemm_decode", "grouped_gemm_decode.cuh",
-            fmt::format("rt_moe::GroupedGemmDecode<{}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}{}>",
-                        dtype_tag(c.dtype), c.d_hidden, c.d_expert, c.n_routed_experts,
-                        c.n_shared_experts, c.top_k, t.block_n, t.warps_n, t.stages,
-                        t.shared_down_last, t.split, y_argument(c)),
-            "rt_moe::DecodeParams"};
+    return {
+        "grouped_gemm_decode", "grouped_gemm_decode.cuh",
+        fmt::format("rt_moe::GroupedGemmDecode<{}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}{}>",
+                    dtype_tag(c.dtype), c.d_hidden, c.d_expert, c.n_routed_experts,
+                    c.n_shared_experts, c.top_k, t.block_n, t.warps_n, t.stages, t.shared_down_last,
+                    t.split, t.shared_parts, y_argument(c)),
+        "rt_moe::DecodeParams"};
   }
   if (t.gemv) {
     KernelSpec spec{"grouped_gemv", "grouped_gemv.cuh",

@@ -43,12 +43,16 @@ struct GemmTile {
   // writing fp32 partial logits that the top-k kernel sums in split order. fused: 1, or 2 for
   // routed down tiles run as two K halves ("k2", grouped_gemm_decode.cuh).
   int split = 1;
+  // fused: the shared expert's gate/up tiles each run as this many K parts ("sp2", "sp4";
+  // grouped_gemm_decode.cuh SHARED_PARTS), so that more blocks stream weights while the routing
+  // runs; 1 to kMaxSharedParts.
+  int shared_parts = 1;
   // sm = 90, ws: the down GEMM writes y through shared memory and the copy engine ("sy"), its
   // ring as many of `stages` stages as fit beside the staging (grouped_gemm_sm90_ws.cuh,
   // STAGED_Y); the gate/up GEMM is the same as without.
   bool staged_y = false;
   // "sm80 64x128x64 w2x2 s4", "sm90ws 128x256x64 wg2 s4 c2", "sm90ws 128x256x64 wg2 s4 sy", "gemv
-  // r8 w4 s1", "sm90swap 144x256x64 s4", "fused 16x64x64 w1x4 s8 sdl"
+  // r8 w4 s1", "sm90swap 144x256x64 s4", "fused 16x64x64 w1x4 s8 sdl sp4"
   std::string describe() const;
   friend bool operator==(const GemmTile&, const GemmTile&) = default;
 };

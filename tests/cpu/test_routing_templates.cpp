@@ -168,8 +168,17 @@ TEST_CASE("the counters: one array of the plan's own, each counter in it once", 
         CHECK(n.decode_ticket == n.tile_counters + sizeof(int) * 2);
         CHECK(n.gate_up_done == n.decode_ticket + sizeof(int));
         CHECK(n.shared_done == n.gate_up_done + sizeof(int) * std::size_t(l.max_blocks));
-        CHECK(n.count_lines ==
-              n.shared_done + sizeof(int) * S * std::size_t(l.shared_chunk_blocks));
+        const std::size_t shared_blocks = S * std::size_t(l.shared_chunk_blocks);
+        CHECK(n.shared_part_counts == n.shared_done + sizeof(int) * shared_blocks);
+        // A count for each shared gate/up tile of any fused tile (>= 16 h columns a tile).
+        CHECK(std::int64_t(shared_gate_up_cols(c)) * 16 >= c.d_expert);
+        CHECK(n.count_lines == n.shared_part_counts + sizeof(int) * shared_blocks *
+                                                          std::size_t(shared_gate_up_cols(c)));
+        // The parts' partial sums: kMaxSharedParts parts of 16 x (2 I + 128) floats a shared
+        // row block, and none without the fused tile.
+        CHECK(l.y - l.shared_partials >= sizeof(float) * shared_blocks * kMaxSharedParts * 16 *
+                                             std::size_t(2 * c.d_expert + 128));
+        if (!fused) CHECK(l.y == l.shared_partials);
         CHECK(n.ints * sizeof(int) == n.count_lines + sizeof(int) * E * kCounterStride);
         // route()'s count lines and counts are the workspace's, apart from the logits and top-k
         // arrays around them; the scatter's fill counters one a line as well.

@@ -302,22 +302,34 @@ TEST_CASE("decode buckets default to the fused GEMM, the GEMV is a candidate, ne
   CHECK(default_tile(c, 256, "sm_90a").describe() == "sm80 16x64x64 w1x4 s8");
   CHECK_FALSE(default_tile(c, 512, "sm_90a").fused);
   // Every fused candidate compiles, and none is offered past 16 rows an expert. The K-half tile
-  // ("k2", fp32 atomics into y) is one only with fp32 y.
+  // ("k2", fp32 atomics into y) is one only with fp32 y; the shared gate/up tiles in K parts
+  // ("sp2", "sp4") only with a shared expert.
   for (YDType y : {YDType::kF16, YDType::kF32}) {
-    MoeConfig cy = c;
-    cy.y_dtype = y;
-    int fused_tiles = 0, k2_tiles = 0;
-    for (const GemmTile& tile : candidate_tiles(cy, 64, "sm_90a", 227 * 1024)) {
-      if (!tile.fused) continue;
-      ++fused_tiles;
-      k2_tiles += tile.split > 1;
-      const KernelSpec spec = gemm_spec(cy, GemmStage::kGateUp, tile);
-      INFO(spec.name());
-      CHECK(spec.family == "grouped_gemm_decode");
-      CHECK(is_elf(compile_for_sm90a(spec)));
+    for (int shared : {0, 1}) {
+      MoeConfig cy = c;
+      cy.y_dtype = y;
+      cy.n_shared_experts = shared;
+      int fused_tiles = 0, k2_tiles = 0, sp_tiles = 0;
+      for (const GemmTile& tile : candidate_tiles(cy, 64, "sm_90a", 227 * 1024)) {
+        if (!tile.fused) continue;
+        ++fused_tiles;
+        k2_tiles += tile.split > 1;
+        sp_tiles += tile.shared_parts > 1;
+        const KernelSpec spec = gemm_spec(cy, GemmStage::kGateUp, tile);
+        INFO(spec.name());
+        CHECK(spec.family == "grouped_gemm_decode");
+        CHECK(is_elf(compile_for_sm90a(spec)));
+        if (tile.shared_parts > 1) {
+          CHECK(tile.describe() ==
+                fmt::format("fused 16x64x64 w1x4 s8 sdl sp{}", tile.shared_parts));
+          CHECK(spec.name().find(fmt::format(", true, 1, {}", tile.shared_parts)) !=
+                std::string::npos);
+        }
+      }
+      CHECK(k2_tiles == (y == YDType::kF32 ? 1 : 0));
+      CHECK(sp_tiles == 2 * shared);
+      CHECK(fused_tiles == 4 + k2_tiles + sp_tiles);
     }
-    CHECK(k2_tiles == (y == YDType::kF32 ? 1 : 0));
-    CHECK(fused_tiles == 4 + k2_tiles);
   }
   for (const GemmTile& tile : candidate_tiles(c, 512, "sm_90a", 227 * 1024)) {
     CHECK_FALSE(tile.fused);
