@@ -214,7 +214,18 @@ GemmTile default_tile(const MoeConfig& c, long long max_tokens, const std::strin
   // DeepSeek-V3 T = 1 0.1955 / 0.1975, 8 1.2219 / 1.2228, 64 4.5281 / 4.5715; gpumode 1, 8, 64
   // 0.1179 / 0.1178, 0.4055 / 0.4068, 0.6908 / 0.6917.
   if (rows <= 16) {
-    return max_tokens <= 64 ? fused_tile(64, 4, 8, true) : GemmTile{16, 64, 64, 1, 4, 8};
+    if (max_tokens > 64) return GemmTile{16, 64, 64, 1, 4, 8};
+    // The shared expert's gate/up tiles in as many K parts (up to 4) as keep its items within
+    // the first wave (~256 blocks: two an SM), which streams them while the routing runs.
+    // H200, DeepSeek-V3 T = 1: PLACEHOLDER (docs/PERF.md 45).
+    const long long shared_items = c.n_shared_experts *
+                                   ((max_tokens + kFusedBlockM - 1) / kFusedBlockM) *
+                                   ((c.d_expert + 31) / 32);
+    int parts = 1;
+    while (parts < kMaxSharedParts && shared_items > 0 && shared_items * parts * 2 <= 256) {
+      parts *= 2;
+    }
+    return fused_tile(64, 4, 8, true, 1, parts);
   }
   // 17-64 rows: still weight-bound; the swapped tile of 64 token rows keeps 5 x 32 KB of weights
   // in flight per SM and multiplies only the block's rows rounded up to 8 (16 when measured;
