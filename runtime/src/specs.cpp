@@ -215,17 +215,16 @@ GemmTile default_tile(const MoeConfig& c, long long max_tokens, const std::strin
   // 0.1179 / 0.1178, 0.4055 / 0.4068, 0.6908 / 0.6917.
   if (rows <= 16) {
     if (max_tokens > 64) return GemmTile{16, 64, 64, 1, 4, 8};
-    // The shared expert's gate/up tiles in as many K parts (up to 4) as keep its items within
-    // the first wave (~256 blocks: two an SM), which streams them while the routing runs.
-    // H200, DeepSeek-V3 T = 1: PLACEHOLDER (docs/PERF.md 45).
+    // The shared expert's gate/up tiles in two K parts ("sp2") where its items fill at most a
+    // quarter of the first wave (~256 blocks, two an SM), so that half of it streams them while
+    // the routing runs. H200, in turns with sp4 (docs/PERF.md 45a), DeepSeek-V3 T = 1 bf16:
+    // whole tiles 1.009 / 1.008 x sp4, sp2 0.995 / 0.990; fp16 1.023 and 1.001; gpumode T = 1
+    // 1.028 and 0.998; T = 8 whole 1.002-1.010, sp2 0.997-1.001.
     const long long shared_items = c.n_shared_experts *
                                    ((max_tokens + kFusedBlockM - 1) / kFusedBlockM) *
                                    ((c.d_expert + 31) / 32);
-    int parts = 1;
-    while (parts < kMaxSharedParts && shared_items > 0 && shared_items * parts * 2 <= 256) {
-      parts *= 2;
-    }
-    return fused_tile(64, 4, 8, true, 1, parts);
+    const bool parts = shared_items > 0 && shared_items * 4 <= 256;
+    return fused_tile(64, 4, 8, true, 1, parts ? 2 : 1);
   }
   // 17-64 rows: still weight-bound; the swapped tile of 64 token rows keeps 5 x 32 KB of weights
   // in flight per SM and multiplies only the block's rows rounded up to 8 (16 when measured;

@@ -292,10 +292,10 @@ TEST_CASE("decode buckets default to the fused GEMM, the GEMV is a candidate, ne
   for (long long tokens : {1LL, 2LL, 8LL, 16LL, 64LL}) {
     INFO(tokens);
     const GemmTile tile = default_tile(c, tokens, "sm_90a");
-    // The shared expert's 64 gate/up tiles a row block of 16 tokens in 4 K parts (256 items),
-    // 128 at 32 tokens in 2, 256 at 64 whole.
+    // The shared expert's 64 gate/up tiles a row block of 16 tokens in 2 K parts (128 items);
+    // at 64 tokens its 256 tiles whole.
     CHECK(tile.describe() ==
-          (tokens <= 16 ? "fused 16x64x64 w1x4 s8 sdl sp4" : "fused 16x64x64 w1x4 s8 sdl"));
+          (tokens <= 16 ? "fused 16x64x64 w1x4 s8 sdl sp2" : "fused 16x64x64 w1x4 s8 sdl"));
     // One kernel for both stages.
     CHECK(gemm_spec(c, GemmStage::kGateUp, tile).source() ==
           gemm_spec(c, GemmStage::kDown, tile).source());
