@@ -129,7 +129,7 @@ struct GroupedGemmSm80 {
         for (int v = 0; v < 4; ++v) acc[mi][ni][v] = 0.f;
 
     // K tiles [k0, k0 + tiles): all of them, or the router's part blockIdx.z of gridDim.z, or
-    // down's half `part`.
+    // part `part` of PARTS.
     const int k0 = MODE == kRouter ? int(blockIdx.z * Loader::kTiles / gridDim.z)
                                    : part * Loader::kTiles / PARTS;
     const int tiles = MODE == kRouter ? int((blockIdx.z + 1) * Loader::kTiles / gridDim.z) - k0
@@ -253,7 +253,8 @@ struct GroupedGemmSm80 {
  private:
   // Gate/up's K parts (tile): stores this block's partial sums and counts the block; in the block
   // that counts last, acc becomes the sum of all PARTS partials in part order and it returns true.
-  // A thread whose rows hold no live pair neither stores nor reads (its h rows are never read).
+  // A thread whose rows hold no live pair neither stores nor reads: its h rows feed only down
+  // rows that are not stored.
   template <int PARTS>
   static __device__ __forceinline__ bool parts_meet(float (&acc)[kFragsM][kFragsN][4],
                                                     unsigned char* smem, int part, float* partials,
