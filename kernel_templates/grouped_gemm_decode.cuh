@@ -21,7 +21,7 @@
 //   part order and writing h (GroupedGemmSm80::tile). At DeepSeek-V3 T = 1 the shared expert
 //   has 64 gate/up tiles, and until the routing ends (~8-9 us into the forward) they are all
 //   that can stream weights while the other ~200 resident blocks wait (docs/PERF.md 32f, 41a):
-//   as 4 parts, 256 items stream from the start.
+//   as 2 parts (the default there, 45a), 128 items stream from the start.
 // The shared expert's rows do not depend on the routing (every token, in token order: a table of
 // its pairs written at plan time, its own h rows), so items 1 and 2 run before the dependency
 // wait, while the routing kernels still run; items 3 and 4 wait for them.

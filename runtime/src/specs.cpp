@@ -220,11 +220,12 @@ GemmTile default_tile(const MoeConfig& c, long long max_tokens, const std::strin
     // the routing runs. H200, in turns with sp4 (docs/PERF.md 45a), DeepSeek-V3 T = 1 bf16:
     // whole tiles 1.009 / 1.008 x sp4, sp2 0.995 / 0.990; fp16 1.023 and 1.001; gpumode T = 1
     // 1.028 and 0.998; T = 8 whole 1.002-1.010, sp2 0.997-1.001.
-    const long long shared_items = c.n_shared_experts *
-                                   ((max_tokens + kFusedBlockM - 1) / kFusedBlockM) *
-                                   ((c.d_expert + 31) / 32);
-    const bool parts = shared_items > 0 && shared_items * 4 <= 256;
-    return fused_tile(64, 4, 8, true, 1, parts ? 2 : 1);
+    GemmTile t = fused_tile(64, 4, 8, true);
+    const long long gate_up_cols = (c.d_expert + t.block_n / 2 - 1) / (t.block_n / 2);
+    const long long shared_items =
+        c.n_shared_experts * ((max_tokens + kFusedBlockM - 1) / kFusedBlockM) * gate_up_cols;
+    if (shared_items > 0 && shared_items * 4 <= 256) t.shared_parts = 2;
+    return t;
   }
   // 17-64 rows: still weight-bound; the swapped tile of 64 token rows keeps 5 x 32 KB of weights
   // in flight per SM and multiplies only the block's rows rounded up to 8 (16 when measured;
