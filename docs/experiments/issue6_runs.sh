@@ -9,6 +9,12 @@
 #   docs/experiments/issue6_runs.sh second-t BUILD      43d: token counts repeated in one process,
 #                                                        fp16 and bf16 (PERF.md 43d, 44a)
 #   docs/experiments/issue6_runs.sh suite BUILD SECONDS the whole GPU suite, line-buffered
+#   docs/experiments/issue6_runs.sh decode-energy BUILD  46e: DeepSeek-V3 bf16 T = 8 then 1, the
+#                                                        default fused tile against the two-kernel
+#                                                        tile of the same shared-memory staging and
+#                                                        the register-direct GEMV, each pinned in
+#                                                        its own process: time, clock, joules a
+#                                                        forward and a byte (a build with --tune)
 set -u
 mode=${1:?table, second-t or suite}
 build=${2:?a build directory}
@@ -69,6 +75,32 @@ case "$mode" in
       > "$out/suite.log" 2>&1
     echo "suite rc=$?"
     tail -3 "$out/suite.log"
+    ;;
+  decode-energy)
+    # Each tile twice, in two orders, each its own process (the power table is the main
+    # runtime's, so a pinned tile gets its own); --tokens 8,1: T = 1 after a warm T = 8.
+    tiles=("" "sm80 16x64x64 w1x4 s8" "gemv r8 w8 s2" "gemv r8 w4 s2")
+    for round in 1 2; do
+      for i in 0 1 2 3; do
+        j=$(((round == 1) ? i : 3 - i))
+        pin=()
+        [[ -n ${tiles[j]} ]] && pin=(--tile "${tiles[j]}")
+        bench "e$round-$j" --preset deepseek-v3 --dtype bf16 --check --tokens 8,1 "${pin[@]}"
+      done
+    done
+    python3 - "$out" <<'PY'
+import glob, json, os, sys
+for path in sorted(glob.glob(os.path.join(sys.argv[1], "e[12]-*.json"))):
+    d = json.load(open(path))
+    for r in d["results"]:
+        p, c = r.get("power") or {}, r.get("check") or {}
+        j = p.get("joules_per_forward") or 0
+        tile = r["plan"].split("grouped GEMM ")[-1].split(",")[0]
+        print(f"{os.path.basename(path)} T={r['tokens']} tile='{tile}' ms={r['ms_median']:.4f} "
+              f"x_floor={r['time_over_floor']:.3f} W={p.get('watts') or 0:.0f} "
+              f"MHz={p.get('sm_mhz') or 0:.0f} capped={p.get('power_capped') or 0:.2f} "
+              f"J={j:.4f} pJ/B={j / r['bytes'] * 1e12:.1f} check={c.get('pass')}")
+PY
     ;;
   *) echo "unknown mode $mode" >&2; exit 2 ;;
 esac
