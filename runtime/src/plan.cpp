@@ -17,7 +17,7 @@ std::int64_t max_row_blocks(const MoeConfig& c, std::int64_t tokens, int block_m
   return (pairs + block_m - 1) / block_m + std::min(experts, pairs);
 }
 
-std::int64_t shared_gate_up_cols(const MoeConfig& c) { return (c.d_expert + 15) / 16; }
+std::int64_t shared_gate_up_cols(const MoeConfig& c) { return gate_up_col_blocks(c, 32); }
 
 WorkspaceLayout workspace_layout(const MoeConfig& c, std::int64_t max_tokens, int block_m,
                                  bool fused) {

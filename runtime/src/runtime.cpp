@@ -202,7 +202,7 @@ int MoeRuntime::Impl::shared_prefetch_bytes(const LaunchPlan& plan) const {
   RT_MOE_CALL(cuOccupancyMaxActiveBlocksPerMultiprocessor, &per_sm, k.function, k.threads,
               std::size_t(k.smem_bytes));
   const std::int64_t grid = max_row_blocks(c, plan.bucket.max_tokens, plan.tile.block_m) *
-                            ceil_div(c.d_expert, plan.tile.block_n / 2);
+                            gate_up_col_blocks(c, plan.tile.block_n);
   if (grid > std::int64_t(per_sm) * device.sm_count) return 0;
   const std::int64_t rows = 2 * c.n_shared_experts * c.d_expert;
   const std::int64_t row_bytes = c.d_hidden * dtype_bytes(c.dtype);
@@ -363,7 +363,7 @@ void MoeRuntime::Impl::enqueue_stages(const LaunchPlan& plan, const void* x, voi
   down.shared_prefetch = 0;
   down.a = ptr(l.h);
   down.out = ptr(l.y);
-  const unsigned gate_up_cols = ceil_div(c.d_expert, plan.tile.block_n / 2);
+  const auto gate_up_cols = unsigned(gate_up_col_blocks(c, plan.tile.block_n));
   const unsigned down_cols = ceil_div(c.d_hidden, plan.tile.block_n);
   if (plan.tile.ws) {
     // Persistent: at most one block per tile, at most as many as fit on the GPU at once; a

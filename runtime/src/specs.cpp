@@ -99,6 +99,10 @@ GemmTile staged_y(GemmTile t) {
 
 }  // namespace
 
+long long gate_up_col_blocks(const MoeConfig& c, int block_n) {
+  return (c.d_expert + block_n / 2 - 1) / (block_n / 2);
+}
+
 int tile_smem_bytes(const GemmTile& t, YDType y_dtype) {
   if (t.gemv) return t.warps_m * (t.block_m / 8) * 4 * 32 * 4;  // the warps' partial sums
   const int ring = t.stages * (t.block_m + t.block_n) * t.block_k * 2;
@@ -221,9 +225,9 @@ GemmTile default_tile(const MoeConfig& c, long long max_tokens, const std::strin
     // whole tiles 1.009 / 1.008 x sp4, sp2 0.995 / 0.990; fp16 1.023 and 1.001; gpumode T = 1
     // 1.028 and 0.998; T = 8 whole 1.002-1.010, sp2 0.997-1.001.
     GemmTile t = fused_tile(64, 4, 8, true);
-    const long long gate_up_cols = (c.d_expert + t.block_n / 2 - 1) / (t.block_n / 2);
-    const long long shared_items =
-        c.n_shared_experts * ((max_tokens + kFusedBlockM - 1) / kFusedBlockM) * gate_up_cols;
+    const long long shared_items = c.n_shared_experts *
+                                   ((max_tokens + kFusedBlockM - 1) / kFusedBlockM) *
+                                   gate_up_col_blocks(c, t.block_n);
     if (shared_items > 0 && shared_items * 4 <= 256) t.shared_parts = 2;
     return t;
   }

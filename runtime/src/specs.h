@@ -78,6 +78,9 @@ inline constexpr long long kRouterMmaMinTokens = 32;
 // The fused decode tile's row block (grouped_gemm_decode.cuh runs 16-row GroupedGemmSm80 tiles):
 // also the block of the shared expert's rows in its plan-time table and h rows (plan.h).
 inline constexpr int kFusedBlockM = 16;
+// Gate/up column blocks of a tile of `block_n` B rows (block_n / 2 gate rows, then as many up
+// rows): ceil(I / (block_n / 2)), the kernels' gate/up grid and the fused kernel's kGateUpCols.
+long long gate_up_col_blocks(const MoeConfig& config, int block_n);
 // Blocks the tensor-core gating GEMM aims for (about two an SM on a 132-SM H200).
 inline constexpr long long kRouterMinBlocks = 256;
 // The wgmma gating GEMM (grouped_gemm_sm90.cuh kRouter: 128-row blocks of one block an SM) runs
