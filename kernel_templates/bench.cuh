@@ -6,6 +6,11 @@
 // be far larger than L2 (the bench uses >= 2 GB) for the result to be HBM's, not L2's. EVICT_FIRST:
 // the loads carry L2's evict-first policy (ld.global.L2::cache_hint), as the decode GEMMs' weight
 // loads do; the bench takes the faster of the two as the ceiling.
+//
+// FillBits: random words (a hash of the index and a seed, and-ed with a mask) for the read's
+// buffer. The weights a forward reads are random bits; a read of a constant buffer draws about
+// a third less power for the same bytes (docs/PERF.md 47b), which on a power-capped board is a
+// clock that a read of weights does not get.
 #pragma once
 
 #include "common.cuh"
@@ -56,6 +61,25 @@ struct ReadBandwidth {
       unsigned total = 0;
       for (int w = 0; w < THREADS / 32; ++w) total += warp_sums[w];
       p.block_sums[blockIdx.x] = total;
+    }
+  }
+};
+
+template <int THREADS>
+struct FillBits {
+  static constexpr int kThreads = THREADS;
+  static constexpr int kSmemBytes = 0;
+
+  static __device__ void run(const FillParams& p) {
+    for (long long i = (long long)blockIdx.x * THREADS + threadIdx.x; i < p.words;
+         i += (long long)gridDim.x * THREADS) {
+      unsigned h = unsigned(i) * 0x9e3779b9u ^ unsigned(i >> 32) * 0x85ebca6bu ^ p.seed;
+      h ^= h >> 15;
+      h *= 0x2c1b3c6du;
+      h ^= h >> 12;
+      h *= 0x297a2d39u;
+      h ^= h >> 15;
+      p.data[i] = h & p.mask;
     }
   }
 };

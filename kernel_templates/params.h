@@ -171,4 +171,12 @@ struct ReadParams {
   unsigned* block_sums;  // (gridDim.x) one value per block, so no load is optimized away
 };
 
+// The read buffer's random contents (bench.cuh's FillBits): word i = hash(i, seed) & mask.
+struct FillParams {
+  unsigned* data;  // (words)
+  long long words;
+  unsigned seed;
+  unsigned mask;
+};
+
 }  // namespace rt_moe

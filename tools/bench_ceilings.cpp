@@ -44,8 +44,9 @@ unsigned read_blocks(const Kernel& kernel, const driver::DeviceInfo& device) {
 }
 
 // The read kernels' buffer: `short_bytes` (> 0) or kReadBytes, at most half the free memory;
-// throws when the ceiling's (short_bytes = 0) would be under kMinReadBytes.
-driver::DeviceBuffer read_buffer(std::size_t short_bytes, CUstream stream) {
+// throws when the ceiling's (short_bytes = 0) would be under kMinReadBytes. Filled as `data` says.
+driver::DeviceBuffer read_buffer(KernelCache& kernels, const driver::DeviceInfo& device,
+                                 std::size_t short_bytes, ReadData data, CUstream stream) {
   std::size_t free_bytes = 0, total_bytes = 0;
   RT_MOE_CALL(cuMemGetInfo, &free_bytes, &total_bytes);
   const std::size_t bytes = short_bytes > 0 ? std::min(short_bytes, free_bytes / 2) / 16 * 16
@@ -55,10 +56,19 @@ driver::DeviceBuffer read_buffer(std::size_t short_bytes, CUstream stream) {
                 fmt::format("HBM read ceiling: {:.1f} GiB free, need {} GiB for the read buffer",
                             free_bytes / double(1 << 30), 2 * (kMinReadBytes >> 30)));
   }
-  driver::DeviceBuffer data(bytes);
-  // Not zeros: the bytes read should look like data (bf16 1.0 / fp16 ~1.9 pairs).
-  RT_MOE_CALL(cuMemsetD32Async, data.get(), 0x3f803f80u, bytes / 4, stream);
-  return data;
+  driver::DeviceBuffer buffer(bytes);
+  if (data == ReadData::kConstant) {
+    // Not zeros: the bytes read should look like data (bf16 1.0 / fp16 ~1.9 pairs).
+    RT_MOE_CALL(cuMemsetD32Async, buffer.get(), 0x3f803f80u, bytes / 4, stream);
+  } else {
+    // Each 16-bit half's top exponent bit clear: finite bf16 and fp16 values below 2.
+    const Kernel& fill =
+        kernels.get({"bench", "bench.cuh", fmt::format("rt_moe::FillBits<{}>", kReadThreads),
+                     "rt_moe::FillParams"});
+    const FillParams params{buffer.as<unsigned>(), (long long)(bytes / 4), 0x5eedu, 0xbfffbfffu};
+    launch(fill, {unsigned(4 * device.sm_count)}, params, stream);
+  }
+  return buffer;
 }
 
 // Times `body` (enqueued on `stream`) between two events, `iters` times after kWarmup untimed
@@ -155,6 +165,8 @@ Ceiling reference_gemm(DType dtype, const std::string& why) {
 
 }  // namespace
 
+const char* to_string(ReadData data) { return data == ReadData::kRandom ? "random" : "constant"; }
+
 double median(std::vector<double> values) {
   if (values.empty()) return 0;
   std::sort(values.begin(), values.end());
@@ -163,8 +175,8 @@ double median(std::vector<double> values) {
 }
 
 Ceiling measure_hbm_read(KernelCache& kernels, const driver::DeviceInfo& device, CUstream stream,
-                         int iters, std::size_t short_bytes) {
-  const driver::DeviceBuffer data = read_buffer(short_bytes, stream);
+                         int iters, std::size_t short_bytes, ReadData contents) {
+  const driver::DeviceBuffer data = read_buffer(kernels, device, short_bytes, contents, stream);
   const std::size_t bytes = data.bytes();
   // Plain and evict-first loads (as the decode GEMMs' weights load), 4 and 8 in flight a thread:
   // the fastest.
@@ -183,8 +195,9 @@ Ceiling measure_hbm_read(KernelCache& kernels, const driver::DeviceInfo& device,
                                           evict_first ? "evict-first" : "plain", unroll);
     if (value > c.value) {
       c.value = value;
-      c.note = fmt::format("read of {:.1f} GiB, {}, {} blocks x {} threads, median of {}",
-                           bytes / double(1 << 30), loads, blocks, kernel.threads, iters);
+      c.note = fmt::format(
+          "read of {:.1f} GiB of {} data, {}, {} blocks x {} threads, median of {}",
+          bytes / double(1 << 30), to_string(contents), loads, blocks, kernel.threads, iters);
     }
     c.variants.push_back({loads, value});
   }
@@ -193,8 +206,8 @@ Ceiling measure_hbm_read(KernelCache& kernels, const driver::DeviceInfo& device,
 }
 
 Ceiling measure_hbm_read_steady(KernelCache& kernels, const driver::DeviceInfo& device,
-                                CUstream stream, double seconds) {
-  const driver::DeviceBuffer data = read_buffer(0, stream);
+                                CUstream stream, double seconds, ReadData contents) {
+  const driver::DeviceBuffer data = read_buffer(kernels, device, 0, contents, stream);
   const std::size_t bytes = data.bytes();
   const Kernel& kernel = kernels.get(read_spec(false));
   const unsigned blocks = read_blocks(kernel, device);
@@ -213,10 +226,10 @@ Ceiling measure_hbm_read_steady(KernelCache& kernels, const driver::DeviceInfo& 
   c.window_count = kWindow;
   steady.stamp(c);
   c.note = fmt::format(
-      "read of {:.1f} GiB, plain loads, 4 in flight a thread, median of the last {} of {} "
-      "windows of {} reads back to back over {:.1f} s",
-      bytes / double(1 << 30), steady.ms.size() - steady.half(), steady.ms.size(), kWindow,
-      seconds);
+      "read of {:.1f} GiB of {} data, plain loads, 4 in flight a thread, median of the last {} of "
+      "{} windows of {} reads back to back over {:.1f} s",
+      bytes / double(1 << 30), to_string(contents), steady.ms.size() - steady.half(),
+      steady.ms.size(), kWindow, seconds);
   return c;
 }
 

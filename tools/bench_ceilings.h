@@ -45,18 +45,28 @@ struct Ceiling {
   std::vector<Variant> variants;
 };
 
+// What the read kernels' buffer holds. kConstant: every 32-bit word 0x3f803f80 (bf16 1.0 pairs),
+// the floor's ceiling as measured since version 1. kRandom: random bits shaped as 16-bit values
+// below 2 in magnitude (bench.cuh's FillBits), as a forward's weights are: the same read draws
+// ~45% more power above idle than of the constant (docs/PERF.md 47b), which a board at its power
+// limit pays in clock.
+enum class ReadData { kConstant, kRandom };
+const char* to_string(ReadData data);
+
 // Median over `iters` passes of a read of a >= 2 GiB buffer, after warm-up. With `bytes` > 0:
 // a read of that many bytes instead (a diagnostic: how fast one short kernel can stream, e.g. the
 // 0.26-0.53 GB a decode GEMM reads; never the floor's ceiling).
 Ceiling measure_hbm_read(KernelCache& kernels, const driver::DeviceInfo& device, CUstream stream,
-                         int iters = 20, std::size_t bytes = 0);
+                         int iters = 20, std::size_t bytes = 0,
+                         ReadData data = ReadData::kConstant);
 
 // The read of measure_hbm_read (plain loads, 4 in flight a thread) over the same buffer back to
 // back for `seconds`, in windows of ~25 ms timed with events: `value` is the median rate of the
 // second half's windows, `steady_from` and `steady_to` when they ran. What the read draws at
 // full bandwidth is read between those (the power floor's byte cost, tools/power.h).
 Ceiling measure_hbm_read_steady(KernelCache& kernels, const driver::DeviceInfo& device,
-                                CUstream stream, double seconds = 1.0);
+                                CUstream stream, double seconds = 1.0,
+                                ReadData data = ReadData::kConstant);
 
 // Dense 8192^3 GEMM of `dtype` with fp32 accumulation through cublasGemmEx: the burst rate
 // (median of `iters` single products after warm-up) and the steady rate (`steady_s` seconds of

@@ -571,10 +571,12 @@ int bench(const Options& options) {
   PowerMeter* const live = meter != nullptr && meter->available() ? meter.get() : nullptr;
 
   // Ceilings first, while the device memory is free.
-  Ceiling hbm, gemm, hbm_steady;
+  Ceiling hbm, gemm, hbm_steady, hbm_random, hbm_random_steady;
   {
     KernelCache kernels(context, arch);
     hbm = measure_hbm_read(kernels, device, stream.get());
+    // Of random bits, as the weights are (docs/PERF.md 47b): a diagnostic beside the ceiling.
+    hbm_random = measure_hbm_read(kernels, device, stream.get(), 20, 0, ReadData::kRandom);
     // The same read kernel over the bytes of a decode GEMM (DeepSeek-V3 at T = 1: down 0.26 GB,
     // gate/up 0.53 GB, both 0.79 GB) and twice that: what one short kernel streams, ramp and tail
     // included.
@@ -595,15 +597,18 @@ int bench(const Options& options) {
   }
   // The power floor's three draws: the GEMM's steady windows (just run), a steady read, idle.
   PowerModel power;
-  PowerMeter::Reading gemm_power, read_power, idle_power;
+  PowerMeter::Reading gemm_power, read_power, random_read_power, idle_power;
   if (live != nullptr) {
     gemm_power = live->between(gemm.steady_from, gemm.steady_to);
     {
       KernelCache kernels(context, arch);
       const PowerMeter::Active sampling(live);
       hbm_steady = measure_hbm_read_steady(kernels, device, stream.get());
+      hbm_random_steady =
+          measure_hbm_read_steady(kernels, device, stream.get(), 1.0, ReadData::kRandom);
     }
     read_power = live->between(hbm_steady.steady_from, hbm_steady.steady_to);
+    random_read_power = live->between(hbm_random_steady.steady_from, hbm_random_steady.steady_to);
     idle_power = live->idle(std::chrono::milliseconds(300), std::chrono::milliseconds(700));
     if (gemm.measured && gemm_power.valid() && read_power.valid() && idle_power.valid()) {
       power = {idle_power.watts, live->limit_w(),  gemm_power.watts,
@@ -614,6 +619,16 @@ int bench(const Options& options) {
   for (const Ceiling::Variant& v : hbm.variants) {
     std::printf("diagnostic: HBM read of the ceiling's buffer, %s: %.0f GB/s\n", v.name.c_str(),
                 v.value / 1e9);
+  }
+  std::printf("diagnostic: HBM read of random data %.0f GB/s (%s)\n", hbm_random.value / 1e9,
+              hbm_random.note.c_str());
+  if (hbm_random_steady.measured) {
+    std::printf(
+        "diagnostic: HBM read, steady: constant data %.0f GB/s at %.0f W, %.0f MHz, capped %.2f; "
+        "random data %.0f GB/s at %.0f W, %.0f MHz, capped %.2f\n",
+        hbm_steady.value / 1e9, read_power.watts, read_power.sm_mhz, read_power.power_capped,
+        hbm_random_steady.value / 1e9, random_read_power.watts, random_read_power.sm_mhz,
+        random_read_power.power_capped);
   }
   std::printf("ceiling: dense GEMM %.0f TFLOP/s, steady (%s)\n", gemm.value / 1e12,
               gemm.note.c_str());
@@ -894,6 +909,8 @@ int bench(const Options& options) {
                  {{"hbm_read_bytes_per_s", hbm.value},
                   {"hbm_read_measured", hbm.measured},
                   {"hbm_read_note", hbm.note},
+                  {"hbm_read_random_bytes_per_s", hbm_random.value},
+                  {"hbm_read_random_note", hbm_random.note},
                   {"gemm_flops_per_s", gemm.value},
                   {"gemm_measured", gemm.measured},
                   {"gemm_note", gemm.note},
@@ -913,6 +930,8 @@ int bench(const Options& options) {
                       {"idle", reading_json(idle_power)},
                       {"hbm_read", reading_json(read_power)},
                       {"hbm_read_steady_bytes_per_s", hbm_steady.value},
+                      {"hbm_read_random", reading_json(random_read_power)},
+                      {"hbm_read_random_steady_bytes_per_s", hbm_random_steady.value},
                       {"gemm", reading_json(gemm_power)},
                       {"model_valid", power.valid()},
                       {"joules_per_flop", number(power.valid() ? power.joules_per_flop() : NAN)},

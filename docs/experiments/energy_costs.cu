@@ -26,8 +26,7 @@
 #include "cuda_check.h"
 #include "power.h"
 #include "read_sink.h"
-
-using rt_moe::tools::PowerMeter;
+#include "steady_power.h"
 
 __global__ void dram_read(const int4* p, size_t n, int4* out) {
   int4 acc{0, 0, 0, 0};
@@ -43,47 +42,6 @@ __global__ void dram_read(const int4* p, size_t n, int4* out) {
   }
   for (; i < n; i += stride) fold(acc, __ldcg(p + i));
   sink(acc, out);
-}
-
-struct Run {
-  double watts, mhz, bytes_per_s;
-  int updates;
-};
-
-// `launch` (one kernel reading `bytes`) back to back for `seconds`, synchronized every 16: the
-// draw over the second half, the rate by events over the same launches.
-template <typename Launch>
-Run steady(PowerMeter& meter, double seconds, double bytes, Launch launch) {
-  using Clock = PowerMeter::Clock;
-  const PowerMeter::Active sampling(&meter);
-  for (int i = 0; i < 3; ++i) launch();
-  CHECK(cudaDeviceSynchronize());
-  const Clock::time_point start = Clock::now();
-  Clock::time_point from{};
-  cudaEvent_t a, b;
-  CHECK(cudaEventCreate(&a));
-  CHECK(cudaEventCreate(&b));
-  long long launches = 0;
-  bool second_half = false;
-  while (std::chrono::duration<double>(Clock::now() - start).count() < seconds) {
-    if (!second_half && std::chrono::duration<double>(Clock::now() - start).count() > seconds / 2) {
-      second_half = true;
-      from = Clock::now();
-      CHECK(cudaEventRecord(a));
-    }
-    for (int i = 0; i < 16; ++i) launch();
-    if (second_half) launches += 16;
-    CHECK(cudaDeviceSynchronize());
-  }
-  CHECK(cudaEventRecord(b));
-  CHECK(cudaEventSynchronize(b));
-  CHECK(cudaGetLastError());
-  const PowerMeter::Reading r = meter.between(from, Clock::now());
-  float ms = 0;
-  CHECK(cudaEventElapsedTime(&ms, a, b));
-  CHECK(cudaEventDestroy(a));
-  CHECK(cudaEventDestroy(b));
-  return {r.watts, r.sm_mhz, launches * bytes / (ms * 1e-3), r.updates};
 }
 
 int main() {

@@ -306,7 +306,7 @@ TEST_CASE("tools: rt_moe_bench without a GPU exits 1 and says so, bad flags exit
   CHECK(plotted.output.find("not implemented") == std::string::npos);
 }
 
-TEST_CASE("tools: the benchmark's read kernel (bench.cuh) compiles for sm_90a", "[tools][nvrtc]") {
+TEST_CASE("tools: the benchmark's read kernels (bench.cuh) compile for sm_90a", "[tools][nvrtc]") {
   // The specs rt_moe_bench's HBM ceiling uses (tools/bench_ceilings.cpp): plain and evict-first
   // loads, 4 and 8 in flight a thread.
   for (const char* variant : {"4, false", "4, true", "8, false", "8, true"}) {
@@ -318,6 +318,12 @@ TEST_CASE("tools: the benchmark's read kernel (bench.cuh) compiles for sm_90a", 
                         "\x7f"
                         "ELF") == 0);
   }
+  // The random fill of the read's buffer (ReadData::kRandom).
+  const std::string fill =
+      compile_for_sm90a({"bench", "bench.cuh", "rt_moe::FillBits<256>", "rt_moe::FillParams"});
+  CHECK(fill.compare(0, 4,
+                     "\x7f"
+                     "ELF") == 0);
 }
 
 }  // namespace rt_moe
