@@ -28,28 +28,10 @@
 #include "read_sink.h"
 #include "steady_power.h"
 
-__global__ void dram_read(const int4* p, size_t n, int4* out) {
-  int4 acc{0, 0, 0, 0};
-  const size_t stride = (size_t)gridDim.x * blockDim.x;
-  size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
-  for (; i + 3 * stride < n; i += 4 * stride) {
-    const int4 v0 = __ldcg(p + i), v1 = __ldcg(p + i + stride), v2 = __ldcg(p + i + 2 * stride),
-               v3 = __ldcg(p + i + 3 * stride);
-    fold(acc, v0);
-    fold(acc, v1);
-    fold(acc, v2);
-    fold(acc, v3);
-  }
-  for (; i < n; i += stride) fold(acc, __ldcg(p + i));
-  sink(acc, out);
-}
-
 int main() {
   cudaDeviceProp prop;
   CHECK(cudaGetDeviceProperties(&prop, 0));
-  char bus_id[32] = {};
-  CHECK(cudaDeviceGetPCIBusId(bus_id, sizeof(bus_id), 0));
-  PowerMeter meter(bus_id);
+  PowerMeter meter(device_bus_id(0));
   if (!meter.available()) {
     std::fprintf(stderr, "energy_costs: no power meter: %s\n", meter.why().c_str());
     return 1;

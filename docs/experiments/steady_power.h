@@ -6,11 +6,19 @@
 #include <cuda_runtime.h>
 
 #include <chrono>
+#include <string>
 
 #include "cuda_check.h"
 #include "power.h"
 
 using rt_moe::tools::PowerMeter;
+
+// The PCI bus id of CUDA device `device`, as PowerMeter takes it.
+inline std::string device_bus_id(int device) {
+  char bus_id[32] = {};
+  CHECK(cudaDeviceGetPCIBusId(bus_id, sizeof(bus_id), device));
+  return bus_id;
+}
 
 struct Run {
   double watts, mhz, bytes_per_s;

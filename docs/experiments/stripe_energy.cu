@@ -167,23 +167,6 @@ __global__ void __launch_bounds__(kThreads)
   sink(acc, out);
 }
 
-// The HBM ceiling's pattern (energy_costs.cu's dram_read): the buffer in address order.
-__global__ void linear_read(const int4* p, size_t n, int4* out) {
-  int4 acc{0, 0, 0, 0};
-  const size_t stride = (size_t)gridDim.x * blockDim.x;
-  size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
-  for (; i + 3 * stride < n; i += 4 * stride) {
-    const int4 v0 = __ldcg(p + i), v1 = __ldcg(p + i + stride), v2 = __ldcg(p + i + 2 * stride),
-               v3 = __ldcg(p + i + 3 * stride);
-    fold(acc, v0);
-    fold(acc, v1);
-    fold(acc, v2);
-    fold(acc, v3);
-  }
-  for (; i < n; i += stride) fold(acc, __ldcg(p + i));
-  sink(acc, out);
-}
-
 // Random bits (a hash of the index), as a model's weights: the data a read toggles costs energy.
 __global__ void fill_random(unsigned* p, size_t n) {
   for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
@@ -201,9 +184,7 @@ int main(int argc, char** argv) {
   const int rounds = argc > 2 ? std::atoi(argv[2]) : 2;
   cudaDeviceProp prop;
   CHECK(cudaGetDeviceProperties(&prop, 0));
-  char bus_id[32] = {};
-  CHECK(cudaDeviceGetPCIBusId(bus_id, sizeof(bus_id), 0));
-  PowerMeter meter(bus_id);
+  PowerMeter meter(device_bus_id(0));
   if (!meter.available()) {
     std::fprintf(stderr, "stripe_energy: no power meter: %s\n", meter.why().c_str());
     return 1;
@@ -263,7 +244,7 @@ int main(int argc, char** argv) {
   const double b = double(bytes);
   for (int round = 0; round < rounds; ++round) {
     report("linear (ceiling's pattern)", steady(meter, 1.5, b, [&] {
-             linear_read<<<sms * 4, 512>>>(reinterpret_cast<const int4*>(w), bytes / 16, out);
+             dram_read<<<sms * 4, 512>>>(reinterpret_cast<const int4*>(w), bytes / 16, out);
            }));
     report("stripes, ring, ldmatrix+mma", steady(meter, 1.5, b, ring(ring_read<kStripes, kMma>)));
     report("contiguous, ring, ldmatrix+mma",
