@@ -17,6 +17,22 @@
 
 namespace rt_moe {
 
+// The block's threads' values summed into block_sums[blockIdx.x], so that no load is dead code.
+template <int THREADS>
+__device__ __forceinline__ void block_sum(unsigned acc, unsigned* block_sums) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, offset);
+  __shared__ unsigned warp_sums[THREADS / 32];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (lane == 0) warp_sums[warp] = acc;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    unsigned total = 0;
+    for (int w = 0; w < THREADS / 32; ++w) total += warp_sums[w];
+    block_sums[blockIdx.x] = total;
+  }
+}
+
 template <int THREADS, int UNROLL, bool EVICT_FIRST>
 struct ReadBandwidth {
   static constexpr int kThreads = THREADS;
@@ -50,18 +66,59 @@ struct ReadBandwidth {
       const Vec8 v = load(data + i, policy);
       acc += v.w[0] ^ v.w[1] ^ v.w[2] ^ v.w[3];
     }
+    block_sum<THREADS>(acc, p.block_sums);
+  }
+};
+
+// RingRead: the same read as the decode GEMMs stream their weights, by cp.async into a ring of
+// STAGES stages of STAGE_BYTES a block (the fused decode tile: 8 of 8 KiB), each block taking
+// contiguous stages grid-stride; each thread folds one 16-byte word a stage from shared memory.
+// On one H100 a ring like it read 1.5% faster than ReadBandwidth (docs/PERF.md 47b), so it is one
+// of the ceiling's variants.
+template <int THREADS, int STAGES, int STAGE_BYTES>
+struct RingRead {
+  static constexpr int kThreads = THREADS;
+  static constexpr int kSmemBytes = STAGES * STAGE_BYTES;
+  static constexpr int kCopies = STAGE_BYTES / 16 / THREADS;  // a thread's copies a stage
+  static_assert(STAGE_BYTES % (16 * THREADS) == 0, "whole 16-byte copies a thread a stage");
+  static_assert(STAGES >= 2, "a ring of at least two stages");
+
+  static __device__ void run(const ReadParams& p) {
+    extern __shared__ __align__(128) unsigned char smem[];
+    const unsigned base = smem_address(smem);
+    const char* data = static_cast<const char*>(p.data);
+    const long long stages = p.vectors * 16 / STAGE_BYTES;  // whole stages; the rest below
+    const long long mine = stages > blockIdx.x ? (stages - 1 - blockIdx.x) / gridDim.x + 1 : 0;
+    auto issue = [&](long long i) {
+      if (i < mine) {
+        const char* src = data + (blockIdx.x + i * gridDim.x) * STAGE_BYTES;
+        const unsigned dst = base + int(i % STAGES) * STAGE_BYTES;
 #pragma unroll
-    for (int offset = 16; offset > 0; offset >>= 1)
-      acc += __shfl_xor_sync(0xffffffffu, acc, offset);
-    __shared__ unsigned warp_sums[THREADS / 32];
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    if (lane == 0) warp_sums[warp] = acc;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      unsigned total = 0;
-      for (int w = 0; w < THREADS / 32; ++w) total += warp_sums[w];
-      p.block_sums[blockIdx.x] = total;
+        for (int c = 0; c < kCopies; ++c) {
+          const int offset = (c * THREADS + threadIdx.x) * 16;
+          cp_async_16(dst + offset, src + offset, true);
+        }
+      }
+      cp_async_commit();
+    };
+    for (int s = 0; s < STAGES - 1; ++s) issue(s);
+    unsigned acc = 0;
+    for (long long i = 0; i < mine; ++i) {
+      cp_async_wait<STAGES - 2>();
+      __syncthreads();  // stage i landed for every thread; stage i - 1 is free
+      issue(i + STAGES - 1);
+      const uint4 v =
+          *reinterpret_cast<const uint4*>(smem + int(i % STAGES) * STAGE_BYTES + threadIdx.x * 16);
+      acc += v.x ^ v.y ^ v.z ^ v.w;
     }
+    cp_async_wait<0>();
+    const Vec8* rest = reinterpret_cast<const Vec8*>(p.data);
+    for (long long v = stages * (STAGE_BYTES / 16) + (long long)blockIdx.x * THREADS + threadIdx.x;
+         v < p.vectors; v += (long long)gridDim.x * THREADS) {
+      const Vec8 w = rest[v];
+      acc += w.w[0] ^ w.w[1] ^ w.w[2] ^ w.w[3];
+    }
+    block_sum<THREADS>(acc, p.block_sums);
   }
 };
 

@@ -35,6 +35,29 @@ KernelSpec read_spec(bool evict_first, int unroll = kReadUnrolls[0]) {
           "rt_moe::ReadParams"};
 }
 
+struct ReadVariant {
+  std::string name;
+  KernelSpec spec;
+};
+
+// The read kernels the HBM ceiling takes the fastest of (Ceiling::variants, in this order):
+// plain and evict-first loads (as the decode GEMMs' weights load), 4 and 8 in flight a thread,
+// and a cp.async ring as the fused decode tile's (bench.cuh's RingRead).
+std::vector<ReadVariant> read_variants() {
+  std::vector<ReadVariant> variants;
+  for (const int unroll : kReadUnrolls) {
+    for (const bool evict_first : {false, true}) {
+      variants.push_back({fmt::format("{} loads, {} in flight a thread",
+                                      evict_first ? "evict-first" : "plain", unroll),
+                          read_spec(evict_first, unroll)});
+    }
+  }
+  variants.push_back(
+      {"cp.async ring of 8 stages of 8 KiB a block",
+       {"bench", "bench.cuh", "rt_moe::RingRead<128, 8, 8192>", "rt_moe::ReadParams"}});
+  return variants;
+}
+
 // The read kernel's grid: as many blocks as fit on the GPU at once.
 unsigned read_blocks(const Kernel& kernel, const driver::DeviceInfo& device) {
   int blocks_per_sm = 0;
@@ -178,38 +201,40 @@ Ceiling measure_hbm_read(KernelCache& kernels, const driver::DeviceInfo& device,
                          int iters, std::size_t short_bytes, ReadData contents) {
   const driver::DeviceBuffer data = read_buffer(kernels, device, short_bytes, contents, stream);
   const std::size_t bytes = data.bytes();
-  // Plain and evict-first loads (as the decode GEMMs' weights load), 4 and 8 in flight a thread:
-  // the fastest.
   Ceiling c;
-  for (const auto& [evict_first, unroll] :
-       {std::pair{false, kReadUnrolls[0]}, std::pair{true, kReadUnrolls[0]},
-        std::pair{false, kReadUnrolls[1]}, std::pair{true, kReadUnrolls[1]}}) {
-    const Kernel& kernel = kernels.get(read_spec(evict_first, unroll));
+  for (const ReadVariant& variant : read_variants()) {
+    const Kernel& kernel = kernels.get(variant.spec);
     const unsigned blocks = read_blocks(kernel, device);
     driver::DeviceBuffer block_sums(blocks * sizeof(unsigned));
     ReadParams params{data.as<const void>(), (long long)(bytes / 16), block_sums.as<unsigned>()};
     const double ms =
         time_median_ms(stream, iters, [&] { launch(kernel, {blocks}, params, stream); });
     const double value = double(bytes) / (ms * 1e-3);
-    const std::string loads = fmt::format("{} loads, {} in flight a thread",
-                                          evict_first ? "evict-first" : "plain", unroll);
     if (value > c.value) {
       c.value = value;
-      c.note = fmt::format(
-          "read of {:.1f} GiB of {} data, {}, {} blocks x {} threads, median of {}",
-          bytes / double(1 << 30), to_string(contents), loads, blocks, kernel.threads, iters);
+      c.best_variant = c.variants.size();
+      c.note =
+          fmt::format("read of {:.1f} GiB of {} data, {}, {} blocks x {} threads, median of {}",
+                      bytes / double(1 << 30), to_string(contents), variant.name, blocks,
+                      kernel.threads, iters);
     }
-    c.variants.push_back({loads, value});
+    c.variants.push_back({variant.name, value});
   }
   c.measured = true;
   return c;
 }
 
 Ceiling measure_hbm_read_steady(KernelCache& kernels, const driver::DeviceInfo& device,
-                                CUstream stream, double seconds, ReadData contents) {
+                                CUstream stream, double seconds, ReadData contents,
+                                std::size_t variant) {
   const driver::DeviceBuffer data = read_buffer(kernels, device, 0, contents, stream);
   const std::size_t bytes = data.bytes();
-  const Kernel& kernel = kernels.get(read_spec(false));
+  const std::vector<ReadVariant> variants = read_variants();
+  if (variant >= variants.size()) {
+    throw Error(ErrorCode::kInvalidArgument,
+                fmt::format("HBM read variant {} of {}", variant, variants.size()));
+  }
+  const Kernel& kernel = kernels.get(variants[variant].spec);
   const unsigned blocks = read_blocks(kernel, device);
   driver::DeviceBuffer block_sums(blocks * sizeof(unsigned));
   const ReadParams params{data.as<const void>(), (long long)(bytes / 16),
@@ -226,10 +251,10 @@ Ceiling measure_hbm_read_steady(KernelCache& kernels, const driver::DeviceInfo& 
   c.window_count = kWindow;
   steady.stamp(c);
   c.note = fmt::format(
-      "read of {:.1f} GiB of {} data, plain loads, 4 in flight a thread, median of the last {} of "
-      "{} windows of {} reads back to back over {:.1f} s",
-      bytes / double(1 << 30), to_string(contents), steady.ms.size() - steady.half(),
-      steady.ms.size(), kWindow, seconds);
+      "read of {:.1f} GiB of {} data, {}, median of the last {} of {} windows of {} reads back "
+      "to back over {:.1f} s",
+      bytes / double(1 << 30), to_string(contents), variants[variant].name,
+      steady.ms.size() - steady.half(), steady.ms.size(), kWindow, seconds);
   return c;
 }
 

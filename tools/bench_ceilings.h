@@ -37,12 +37,13 @@ struct Ceiling {
   // The host times between which the windows that make the steady rate ran (for PowerMeter),
   // here and in measure_hbm_read_steady.
   std::chrono::steady_clock::time_point steady_from, steady_to;
-  // HBM read only: each kernel variant measured (the value is the fastest).
+  // HBM read only: each kernel variant measured, and which is the fastest (the value's).
   struct Variant {
     std::string name;
     double value;
   };
   std::vector<Variant> variants;
+  std::size_t best_variant = 0;
 };
 
 // What the read kernels' buffer holds. kConstant: every 32-bit word 0x3f803f80 (bf16 1.0 pairs),
@@ -60,13 +61,14 @@ Ceiling measure_hbm_read(KernelCache& kernels, const driver::DeviceInfo& device,
                          int iters = 20, std::size_t bytes = 0,
                          ReadData data = ReadData::kConstant);
 
-// The read of measure_hbm_read (plain loads, 4 in flight a thread) over the same buffer back to
-// back for `seconds`, in windows of ~25 ms timed with events: `value` is the median rate of the
-// second half's windows, `steady_from` and `steady_to` when they ran. What the read draws at
-// full bandwidth is read between those (the power floor's byte cost, tools/power.h).
+// Read variant `variant` of measure_hbm_read (Ceiling::variants' order; 0: plain loads, 4 in
+// flight a thread) over a buffer of `data` back to back for `seconds`, in windows of ~25 ms timed
+// with events: `value` is the median rate of the second half's windows, `steady_from` and
+// `steady_to` when they ran. What the read draws at full bandwidth is read between those (the
+// power floor's byte cost, tools/power.h).
 Ceiling measure_hbm_read_steady(KernelCache& kernels, const driver::DeviceInfo& device,
                                 CUstream stream, double seconds = 1.0,
-                                ReadData data = ReadData::kConstant);
+                                ReadData data = ReadData::kConstant, std::size_t variant = 0);
 
 // Dense 8192^3 GEMM of `dtype` with fp32 accumulation through cublasGemmEx: the burst rate
 // (median of `iters` single products after warm-up) and the steady rate (`steady_s` seconds of

@@ -604,8 +604,8 @@ int bench(const Options& options) {
       KernelCache kernels(context, arch);
       const PowerMeter::Active sampling(live);
       hbm_steady = measure_hbm_read_steady(kernels, device, stream.get());
-      hbm_random_steady =
-          measure_hbm_read_steady(kernels, device, stream.get(), 1.0, ReadData::kRandom);
+      hbm_random_steady = measure_hbm_read_steady(kernels, device, stream.get(), 1.0,
+                                                  ReadData::kRandom, hbm_random.best_variant);
     }
     read_power = live->between(hbm_steady.steady_from, hbm_steady.steady_to);
     random_read_power = live->between(hbm_random_steady.steady_from, hbm_random_steady.steady_to);

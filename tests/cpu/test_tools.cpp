@@ -318,12 +318,15 @@ TEST_CASE("tools: the benchmark's read kernels (bench.cuh) compile for sm_90a", 
                         "\x7f"
                         "ELF") == 0);
   }
-  // The random fill of the read's buffer (ReadData::kRandom).
-  const std::string fill =
-      compile_for_sm90a({"bench", "bench.cuh", "rt_moe::FillBits<256>", "rt_moe::FillParams"});
-  CHECK(fill.compare(0, 4,
-                     "\x7f"
-                     "ELF") == 0);
+  // The cp.async ring variant, and the random fill of the read's buffer (ReadData::kRandom).
+  for (const KernelSpec& spec :
+       {KernelSpec{"bench", "bench.cuh", "rt_moe::RingRead<128, 8, 8192>", "rt_moe::ReadParams"},
+        KernelSpec{"bench", "bench.cuh", "rt_moe::FillBits<256>", "rt_moe::FillParams"}}) {
+    const std::string cubin = compile_for_sm90a(spec);
+    CHECK(cubin.compare(0, 4,
+                        "\x7f"
+                        "ELF") == 0);
+  }
 }
 
 }  // namespace rt_moe
