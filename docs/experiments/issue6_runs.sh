@@ -37,9 +37,16 @@ for path in sys.argv[1:]:
     except (OSError, ValueError) as e:
         print(path, "not read:", e)
         continue
+    ceil, power = d["ceilings"], d.get("power") or {}
+    def over(hbm):  # time / the floor with HBM read rate `hbm` (0: not measured)
+        if not hbm:
+            return 0
+        return r["ms_median"] / (max(r["flops"] / ceil["gemm_flops_per_s"], r["bytes"] / hbm) * 1e3)
     for r in d["results"]:
         p, c = r.get("power") or {}, r.get("check") or {}
         print(f"{os.path.basename(path)} {d['model']['dtype']} T={r['tokens']:6d} "
+              f"x_floor_random_burst={over(ceil.get('hbm_read_random_bytes_per_s')):.3f} "
+              f"x_floor_random_steady={over(power.get('hbm_read_random_steady_bytes_per_s')):.3f} "
               f"ms={r['ms_median']:.4f} graph={r['graph_ms_median']:.4f} "
               f"x_floor={r['time_over_floor']:.3f} W={p.get('watts') or 0:.0f} "
               f"MHz={p.get('sm_mhz') or 0:.0f} capped={p.get('power_capped') or 0:.2f} "
