@@ -73,8 +73,8 @@ struct ReadBandwidth {
 // RingRead: the same read as the decode GEMMs stream their weights, by cp.async into a ring of
 // STAGES stages of STAGE_BYTES a block (the fused decode tile: 8 of 8 KiB), each block taking
 // contiguous stages grid-stride; each thread folds one 16-byte word a stage from shared memory.
-// On one H100 a ring like it read 1.5% faster than ReadBandwidth (docs/PERF.md 47b), so it is one
-// of the ceiling's variants.
+// On H100s it read 1.0-1.5% faster than ReadBandwidth's variants (docs/PERF.md 47b, 47f), so it
+// is one of the ceiling's variants.
 template <int THREADS, int STAGES, int STAGE_BYTES>
 struct RingRead {
   static constexpr int kThreads = THREADS;
