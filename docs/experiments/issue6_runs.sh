@@ -45,6 +45,7 @@ for path in sys.argv[1:]:
     for r in d["results"]:
         p, c = r.get("power") or {}, r.get("check") or {}
         print(f"{os.path.basename(path)} {d['model']['dtype']} T={r['tokens']:6d} "
+              f"x_const={r.get('time_over_constant_floor') or 0:.3f} "
               f"x_floor_random_burst={over(ceil.get('hbm_read_random_bytes_per_s')):.3f} "
               f"x_floor_random_steady={over(power.get('hbm_read_random_steady_bytes_per_s')):.3f} "
               f"ms={r['ms_median']:.4f} graph={r['graph_ms_median']:.4f} "
