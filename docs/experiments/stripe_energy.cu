@@ -16,9 +16,9 @@
 // the SM side does, fewer shared-memory round trips or narrower MMAs are.
 // Build here (nvcc 13; tools/power.cpp for NVML, fmt header-only), run on the GPU host:
 //   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -DFMT_HEADER_ONLY -Itools \
+//        -Ikernel_templates \
 //        -Xcompiler -Wno-stringop-overflow \
 //        -o stripe_energy docs/experiments/stripe_energy.cu tools/power.cpp
-#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <chrono>
@@ -31,6 +31,9 @@
 #include "power.h"
 #include "read_sink.h"
 #include "steady_power.h"
+#include "tile_loader.cuh"  // the kernels' swizzle, cp.async, ldmatrix and mma.sync wrappers
+
+using namespace rt_moe;
 
 constexpr int kThreads = 128;
 constexpr int kRowBytes = 14336;
@@ -44,31 +47,6 @@ constexpr int kSmem = kStages * (kStageA + kStageB);
 
 enum Pattern { kStripes = 0, kContiguous = 1, kWide = 2 };
 enum Use { kMma = 0, kBarrierOnly = 1 };
-
-__device__ __forceinline__ unsigned swz(int row, int chunk) {
-  return row * 128 + ((chunk ^ (row & 7)) * 16);
-}
-__device__ __forceinline__ void cp16(unsigned dst, const void* src, int bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(bytes));
-}
-__device__ __forceinline__ void commit() { asm volatile("cp.async.commit_group;"); }
-template <int N>
-__device__ __forceinline__ void wait_groups() {
-  asm volatile("cp.async.wait_group %0;" ::"n"(N));
-}
-__device__ __forceinline__ void ldsm4(unsigned (&r)[4], unsigned a) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(a));
-}
-__device__ __forceinline__ void mma(float (&c)[4], const unsigned (&a)[4], unsigned b0,
-                                    unsigned b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-      "{%8,%9}, {%0,%1,%2,%3};"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
 
 // Global address of 16-byte chunk `idx` (0..511) of stage `s` of tile `tile`.
 template <int PATTERN>
@@ -87,7 +65,7 @@ __global__ void __launch_bounds__(kThreads)
     ring_read(const char* w, const char* x, int tiles, int* ticket, int4* out) {
   extern __shared__ __align__(128) unsigned char smem[];
   __shared__ int t_shared;
-  const unsigned base = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  const unsigned base = smem_address(smem);
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   float acc[2][4] = {};
   for (;;) {
@@ -100,38 +78,39 @@ __global__ void __launch_bounds__(kThreads)
       const unsigned st = base + (s % kStages) * (kStageA + kStageB);
       if (tid < 128) {  // x: row tid / 8 live only for row 0 (one token), the rest zero-filled
         const int row = tid / 8, chunk = tid % 8;
-        cp16(st + swz(row, chunk), x + s % 112 * 128 + chunk * 16, row == 0 ? 16 : 0);
+        cp_async_16(st + swizzle_128b(row, chunk), x + s % 112 * 128 + chunk * 16, row == 0);
       }
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
         const int idx = tid + j * kThreads;
-        cp16(st + kStageA + swz(idx / 8, idx % 8), chunk_src<PATTERN>(w, tile, s, idx), 16);
+        cp_async_16(st + kStageA + swizzle_128b(idx / 8, idx % 8),
+                    chunk_src<PATTERN>(w, tile, s, idx), true);
       }
     };
 #pragma unroll
     for (int s = 0; s < kStages - 1; ++s) {
       load(s);
-      commit();
+      cp_async_commit();
     }
     for (int s = 0; s < kSteps; ++s) {
-      wait_groups<kStages - 2>();
+      cp_async_wait<kStages - 2>();
       __syncthreads();
       if (s + kStages - 1 < kSteps) load(s + kStages - 1);
-      commit();
+      cp_async_commit();
       if (USE == kMma) {
         const unsigned a_st = base + (s % kStages) * (kStageA + kStageB), b_st = a_st + kStageA;
 #pragma unroll
         for (int ks = 0; ks < 4; ++ks) {
           unsigned a[4], b[4];
-          ldsm4(a, a_st + swz(lane % 16, ks * 2 + lane / 16));
+          ldmatrix_x4(a, a_st + swizzle_128b(lane % 16, ks * 2 + lane / 16));
           const int row = warp * 16 + (lane / 16) * 8 + lane % 8;
-          ldsm4(b, b_st + swz(row, ks * 2 + (lane / 8) % 2));
-          mma(acc[0], a, b[0], b[1]);
-          mma(acc[1], a, b[2], b[3]);
+          ldmatrix_x4(b, b_st + swizzle_128b(row, ks * 2 + (lane / 8) % 2));
+          DTypeOps<BF16>::mma(acc[0], a, {b[0], b[1]});
+          DTypeOps<BF16>::mma(acc[1], a, {b[2], b[3]});
         }
       }
     }
-    wait_groups<0>();
+    cp_async_wait<0>();
     __syncthreads();
   }
   int4 v{__float_as_int(acc[0][0] + acc[1][1]), __float_as_int(acc[0][2]),
