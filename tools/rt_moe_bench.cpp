@@ -610,9 +610,11 @@ int bench(const Options& options) {
     read_power = live->between(hbm_steady.steady_from, hbm_steady.steady_to);
     random_read_power = live->between(hbm_random_steady.steady_from, hbm_random_steady.steady_to);
     idle_power = live->idle(std::chrono::milliseconds(300), std::chrono::milliseconds(700));
-    if (gemm.measured && gemm_power.valid() && read_power.valid() && idle_power.valid()) {
-      power = {idle_power.watts, live->limit_w(),  gemm_power.watts,
-               gemm.value,       read_power.watts, hbm_steady.value};
+    // A byte's energy is that of the steady read of random bits, as the weights are: it costs
+    // ~45% more than a constant buffer's (docs/PERF.md 47b, 48a).
+    if (gemm.measured && gemm_power.valid() && random_read_power.valid() && idle_power.valid()) {
+      power = {idle_power.watts, live->limit_w(),         gemm_power.watts,
+               gemm.value,       random_read_power.watts, hbm_random_steady.value};
     }
   }
   std::printf("ceiling: HBM read %.0f GB/s (%s)\n", hbm.value / 1e9, hbm.note.c_str());
@@ -653,17 +655,19 @@ int bench(const Options& options) {
     std::printf("power: not measured: %s\n", meter->why().c_str());
   } else {
     std::printf(
-        "power: limit %.0f W; idle %s; HBM read %s (%.0f GB/s, %s); dense GEMM %s (the steady "
-        "windows)\n",
-        live->limit_w(), draw(idle_power).c_str(), draw(read_power).c_str(), hbm_steady.value / 1e9,
-        hbm_steady.note.c_str(), draw(gemm_power).c_str());
+        "power: limit %.0f W; idle %s; HBM read of random data %s (%.0f GB/s, %s); of constant "
+        "data %s (%.0f GB/s, %s); dense GEMM %s (the steady windows)\n",
+        live->limit_w(), draw(idle_power).c_str(), draw(random_read_power).c_str(),
+        hbm_random_steady.value / 1e9, hbm_random_steady.note.c_str(), draw(read_power).c_str(),
+        hbm_steady.value / 1e9, hbm_steady.note.c_str(), draw(gemm_power).c_str());
     std::printf(
         "power: capped / slowed: the share of polls whose clock was held down by the software "
         "power cap / by a thermal or hardware slowdown (NVML's clock event reasons)%s\n",
         live->reads_reasons() ? "" : "; not read: this NVML does not export them");
     if (power.valid()) {
       std::printf(
-          "power model: %.2f pJ a FLOP and %.1f pJ a byte read above idle; the power floor is "
+          "power model: %.2f pJ a FLOP and %.1f pJ a byte of random data read above idle; the "
+          "power floor is "
           "max((FLOPs x pJ/FLOP + bytes x pJ/B) / (%.0f - %.0f W), floor) (tools/power.h)\n",
           power.joules_per_flop() * 1e12, power.joules_per_byte() * 1e12, power.limit_w,
           power.idle_w);
@@ -935,7 +939,8 @@ int bench(const Options& options) {
                       {"gemm", reading_json(gemm_power)},
                       {"model_valid", power.valid()},
                       {"joules_per_flop", number(power.valid() ? power.joules_per_flop() : NAN)},
-                      {"joules_per_byte", number(power.valid() ? power.joules_per_byte() : NAN)}};
+                      {"joules_per_byte", number(power.valid() ? power.joules_per_byte() : NAN)},
+                      {"joules_per_byte_of", "hbm_read_random"}};
     }
     if (options.compile_timing) {
       doc["compile"] = {{"bucket", compile.bucket},           {"kernels", compile.kernels},
