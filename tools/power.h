@@ -15,7 +15,7 @@
 // power too. With the idle draw P0 (the GPU warm, nothing running), the GEMM's draw Pg at its
 // steady rate R and the read's draw Pr at its bandwidth BW, a FLOP costs eF = (Pg - P0) / R
 // joules above idle and a byte read eB = (Pr - P0) / BW, where the bench reads random bits, as the
-// weights are (a constant buffer's bytes cost ~45% less, docs/PERF.md 47b, 48a). Work of F FLOPs
+// weights are (a constant buffer's bytes cost ~30% less, docs/PERF.md 47b, 48a). Work of F FLOPs
 // and B bytes, done within the limit Pmax, then takes at least
 //   (eF F + eB B) / (Pmax - P0),
 // if energy per FLOP and per byte stay as measured: a model, not a bound (at a lower clock a FLOP
