@@ -15,8 +15,11 @@
 #                                                        the register-direct GEMV, each pinned in
 #                                                        its own process: time, clock, joules a
 #                                                        forward and a byte (a build with --tune)
+#   docs/experiments/issue6_runs.sh t512 BUILD           48g: DeepSeek-V3 bf16 T = 512 taken apart:
+#                                                        the stage timeline at 512 and 64, then
+#                                                        ncu's per-stage table at 512
 set -u
-mode=${1:?table, second-t or suite}
+mode=${1:?table, second-t, suite, decode-energy or t512}
 build=${2:?a build directory}
 out=${OUT:-.}
 export RT_MOE_CACHE_DIR=$PWD/$build/kcache
@@ -109,6 +112,15 @@ for path in sorted(glob.glob(os.path.join(sys.argv[1], "e[12]-*.json"))):
               f"MHz={p.get('sm_mhz') or 0:.0f} capped={p.get('power_capped') or 0:.2f} "
               f"J={j:.4f} pJ/B={j / r['bytes'] * 1e12:.1f} check={c.get('pass')}")
 PY
+    ;;
+  t512)
+    RT_MOE_STAGE_TIMELINE=1 timeout 150 "$build/tools/rt_moe_bench" --no-compile-timing \
+      --preset deepseek-v3 --dtype bf16 --tokens 512,64 --timeline 3 --no-power > "$out/tl.log" 2>&1
+    echo "timeline rc=$?"
+    grep -v "^diagnostic" "$out/tl.log" | grep -A12 "^timeline\|time/floor" | cut -c1-220
+    timeout 240 scripts/profile --tokens 512 "$build" > "$out/profile.txt" 2>&1
+    echo "profile rc=$?"
+    tail -30 "$out/profile.txt" | cut -c1-220
     ;;
   *) echo "unknown mode $mode" >&2; exit 2 ;;
 esac
