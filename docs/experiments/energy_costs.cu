@@ -32,10 +32,7 @@ int main() {
   cudaDeviceProp prop;
   CHECK(cudaGetDeviceProperties(&prop, 0));
   PowerMeter meter(device_bus_id(0));
-  if (!meter.available()) {
-    std::fprintf(stderr, "energy_costs: no power meter: %s\n", meter.why().c_str());
-    return 1;
-  }
+  if (!meter_ready(meter, "energy_costs")) return 1;
   const int sms = prop.multiProcessorCount;
   const size_t big = 4ull << 30, l2_bytes = 16ull << 20, slice = 128ull << 10;
   int4 *buf, *out;

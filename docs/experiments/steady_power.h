@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <chrono>
+#include <cstdio>
 #include <string>
 
 #include "cuda_check.h"
@@ -18,6 +19,13 @@ inline std::string device_bus_id(int device) {
   char bus_id[32] = {};
   CHECK(cudaDeviceGetPCIBusId(bus_id, sizeof(bus_id), device));
   return bus_id;
+}
+
+// Whether `meter` reads the board; if not, says why on stderr, after `tool`'s name.
+inline bool meter_ready(const PowerMeter& meter, const char* tool) {
+  if (meter.available()) return true;
+  std::fprintf(stderr, "%s: no power meter: %s\n", tool, meter.why().c_str());
+  return false;
 }
 
 struct Run {

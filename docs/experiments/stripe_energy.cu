@@ -27,6 +27,7 @@
 #include <string>
 #include <thread>
 
+#include "bench.cuh"  // FillBits, the HBM ceiling's random fill
 #include "cuda_check.h"
 #include "power.h"
 #include "read_sink.h"
@@ -146,14 +147,10 @@ __global__ void __launch_bounds__(kThreads)
   sink(acc, out);
 }
 
-// Random bits (a hash of the index), as a model's weights: the data a read toggles costs energy.
+// Random bits, as a model's weights (the data a read toggles costs energy): the bench's own fill
+// (bench.cuh's FillBits, seed 0), each bf16's exponent below 0x80: finite, |v| < 2.
 __global__ void fill_random(unsigned* p, size_t n) {
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-       i += (size_t)gridDim.x * blockDim.x) {
-    unsigned h = unsigned(i) * 0x9e3779b9u ^ unsigned(i >> 32) * 0x85ebca6bu;
-    h ^= h >> 15, h *= 0x2c1b3c6du, h ^= h >> 12, h *= 0x297a2d39u, h ^= h >> 15;
-    p[i] = h & 0xbfffbfffu;  // each bf16's exponent below 0x80: finite, |v| < 2
-  }
+  rt_moe::FillBits<256>::run({p, (long long)n, 0u, 0xbfffbfffu});
 }
 
 int main(int argc, char** argv) {
@@ -164,10 +161,7 @@ int main(int argc, char** argv) {
   cudaDeviceProp prop;
   CHECK(cudaGetDeviceProperties(&prop, 0));
   PowerMeter meter(device_bus_id(0));
-  if (!meter.available()) {
-    std::fprintf(stderr, "stripe_energy: no power meter: %s\n", meter.why().c_str());
-    return 1;
-  }
+  if (!meter_ready(meter, "stripe_energy")) return 1;
   const int sms = prop.multiProcessorCount, blocks = 2 * sms;
   const int tiles = 4488;  // 4.12 GB, far past the 50 MB L2
   const size_t bytes = size_t(tiles) * kTileBytes;
