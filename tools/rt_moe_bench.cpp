@@ -624,14 +624,6 @@ int bench(const Options& options) {
   }
   std::printf("diagnostic: HBM read of random data %.0f GB/s (%s)\n", hbm_random.value / 1e9,
               hbm_random.note.c_str());
-  if (hbm_random_steady.measured) {
-    std::printf(
-        "diagnostic: HBM read, steady: constant data %.0f GB/s at %.0f W, %.0f MHz, capped %.2f; "
-        "random data %.0f GB/s at %.0f W, %.0f MHz, capped %.2f\n",
-        hbm_steady.value / 1e9, read_power.watts, read_power.sm_mhz, read_power.power_capped,
-        hbm_random_steady.value / 1e9, random_read_power.watts, random_read_power.sm_mhz,
-        random_read_power.power_capped);
-  }
   std::printf("ceiling: dense GEMM %.0f TFLOP/s, steady (%s)\n", gemm.value / 1e12,
               gemm.note.c_str());
   if (gemm.burst > 0) {
