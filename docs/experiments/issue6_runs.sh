@@ -18,8 +18,18 @@
 #   docs/experiments/issue6_runs.sh t512 BUILD           48g: DeepSeek-V3 bf16 T = 512 taken apart:
 #                                                        the stage timeline at 512 and 64, then
 #                                                        ncu's per-stage table at 512
+#   docs/experiments/issue6_runs.sh spread BUILD A       49a: the shared experts' tiles spread (BUILD,
+#                                                        branch shared-spread) against A (main's
+#                                                        kernels): the swapped and TMA tiles' GPU
+#                                                        case and the graph determinism case on
+#                                                        BUILD, then scripts/ab_bench A BUILD at
+#                                                        DeepSeek-V3 T = 512 and 4096 (no spread
+#                                                        there: a control), bf16, two rounds
+#   docs/experiments/issue6_runs.sh spread-gm BUILD A    49a: the same ab_bench at gpumode T = 512
+#                                                        (spread) and 2048 (none), and DeepSeek-V3
+#                                                        fp16 T = 512
 set -u
-mode=${1:?table, second-t, suite, decode-energy or t512}
+mode=${1:?table, second-t, suite, decode-energy, t512, spread or spread-gm}
 build=${2:?a build directory}
 out=${OUT:-.}
 export RT_MOE_CACHE_DIR=$PWD/$build/kcache
@@ -121,6 +131,34 @@ PY
     timeout 240 scripts/profile --tokens 512 "$build" > "$out/profile.txt" 2>&1
     echo "profile rc=$?"
     tail -30 "$out/profile.txt" | cut -c1-220
+    ;;
+  spread)
+    a=${3:?build A: main kernels}
+    timeout 260 stdbuf -oL -eL "$build/tests/rt_moe_gpu_tests" --durations yes \
+      "every TMA warp-specialized tile matches the reference*" \
+      "the forward is deterministic and replays identically from a CUDA graph" \
+      > "$out/cases.log" 2>&1
+    echo "cases rc=$?"
+    tail -3 "$out/cases.log"
+    OUT=$out/ab timeout 300 scripts/ab_bench --rounds 2 "$a" "$build" -- --preset deepseek-v3 \
+      --dtype bf16 --check --no-power --tokens 512,4096 > "$out/ab.log" 2>&1
+    echo "ab rc=$?"
+    grep -ho "check: [A-Z]*" "$out"/ab/ab-*.log | sort | uniq -c
+    tail -8 "$out/ab.log"
+    tar czf "$out/ab-logs.tgz" -C "$out" ab && rm -r "$out/ab"
+    ;;
+  spread-gm)
+    a=${3:?build A: main kernels}
+    OUT=$out/gm timeout 280 scripts/ab_bench --rounds 2 "$a" "$build" -- --preset gpumode-moe \
+      --dtype bf16 --check --no-power --tokens 512,2048 > "$out/ab.log" 2>&1
+    echo "ab gpumode rc=$?"
+    tail -6 "$out/ab.log"
+    OUT=$out/fp16 timeout 250 scripts/ab_bench --rounds 2 "$a" "$build" -- --preset deepseek-v3 \
+      --dtype fp16 --check --no-power --tokens 512 > "$out/ab16.log" 2>&1
+    echo "ab fp16 rc=$?"
+    tail -5 "$out/ab16.log"
+    grep -ho "check: [A-Z]*" "$out"/gm/ab-*.log "$out"/fp16/ab-*.log | sort | uniq -c
+    tar czf "$out/ab-logs.tgz" -C "$out" gm fp16 && rm -r "$out/gm" "$out/fp16"
     ;;
   *) echo "unknown mode $mode" >&2; exit 2 ;;
 esac
