@@ -1,51 +1,56 @@
 #!/usr/bin/env python3
-"""A fluid model of the swapped gate/up and down GEMMs at DeepSeek-V3 T = 512 (docs/PERF.md 49a).
+"""A fluid model of the swapped gate/up and down GEMMs at T = 512 (docs/PERF.md 49a).
 
 132 SMs take tiles from an in-order counter (gate/up's, then down's once gate/up's are all handed
-out; a down tile waits for its row block's gate/up tiles). A routed tile's weights come from DRAM;
-a shared expert's weight tile is read by its 8 row blocks' tiles, consecutive in the order, so
-DRAM serves 1/8 of their bytes and L2 the rest. Every active SM streams at the same rate x, the
-largest that keeps x <= an SM's L2 feed, the SMs' DRAM demand <= the DRAM rate and their sum <=
-L2's rate. It compares the shared tiles last (main) with spread_shared_tile's order.
+out; a down tile waits for its row block's gate/up tiles). A weight tile read by r row blocks'
+tiles, consecutive in the order, costs DRAM 1/r of their bytes and L2 the rest: a routed expert
+of one row block reads its weights from DRAM, DeepSeek-V3's shared expert (512 tokens, 8 row
+blocks of 64) from L2 seven times in eight. Every active SM streams at one rate x, the largest
+that keeps x <= an SM's L2 feed, the SMs' DRAM demand <= the DRAM rate and their sum <= L2's
+rate. It compares the shared tiles last (main) with spread_shared_tile's order (gate/up's groups
+over the first half of its routed tiles, down's over all).
+
+DeepSeek-V3 (E = 256, k = 8): ~16 rows an expert, one block each. gpumode (E = 32, k = 4): ~64
+rows an expert, one or two blocks of 64 (uniform random routing, seeded).
 
 Usage: shared_spread_model.py [DRAM_GBPS ...]   (default 4583, the H200's measured ceiling)
 """
+import random
 import sys
 
 SMS = 132
 L2_RATE = 9.5e12  # L2 to the SMs, all SMs (docs/PERF.md 14b, 38k: 8.5-10 TB/s)
 SM_FEED = 72e9  # one SM's L2 feed, ~40 B a clock at 1.8 GHz (38k)
-E, SHARED_BLOCKS, GATE_UP_COLS, DOWN_COLS = 256, 8, 16, 28
-GATE_UP_BYTES, DOWN_BYTES = 256 * 7168 * 2, 256 * 2048 * 2  # a tile's weights
+TOKENS, GATE_UP_COLS, DOWN_COLS = 512, 16, 28
+GATE_UP_BYTES, DOWN_BYTES = 256 * 7168 * 2, 256 * 2048 * 2  # a tile's weights (H 7168, I 2048)
 
 
 def makespan(gate_up, down, dram_rate):
-    """Seconds until the last tile ends; tiles are (shared, row block, bytes)."""
+    """Seconds until the last tile ends; a tile is (row block, bytes, readers of its weights)."""
     now, g, d = 0.0, 0, 0
-    work = [None] * SMS  # [bytes left, shared, row block, is gate/up]
+    work = [None] * SMS  # [bytes left, readers, row block, is gate/up]
     in_down = [False] * SMS
     done = {}  # row block -> gate/up tiles finished
     while True:
         for i in range(SMS):
             if work[i] is None and not in_down[i]:
                 if g < len(gate_up):
-                    shared, m, b = gate_up[g]
+                    m, b, r = gate_up[g]
                     g += 1
-                    work[i] = [b, shared, m, True]
+                    work[i] = [b, r, m, True]
                     continue
                 in_down[i] = True
             if work[i] is None and in_down[i] and d < len(down):
-                shared, m, b = down[d]
+                m, b, r = down[d]
                 d += 1
-                work[i] = [b, shared, m, False]
+                work[i] = [b, r, m, False]
         active = [i for i in range(SMS) if work[i] is not None and
                   (work[i][3] or done.get(work[i][2], 0) == GATE_UP_COLS)]
         if not active:
             if all(w is None for w in work):
                 return now
             raise RuntimeError("a down tile waits for gate/up tiles that never run")
-        shared = sum(1 for i in active if work[i][1])
-        dram_share = (len(active) - shared) + shared / SHARED_BLOCKS
+        dram_share = sum(1.0 / work[i][1] for i in active)
         x = min(SM_FEED, dram_rate / dram_share, L2_RATE / len(active))
         step = min(work[i][0] for i in active) / x
         now += step
@@ -57,11 +62,14 @@ def makespan(gate_up, down, dram_rate):
                 work[i] = None
 
 
-def order(cols, tile_bytes, spread):
-    """band_tile's order (expert by expert; the shared expert's 8 row blocks fastest), with the
-    shared groups last (spread 0) or before routed tile u * (routed / spread) / groups."""
-    routed = [(False, e, tile_bytes) for e in range(E) for _ in range(cols)]
-    groups = [[(True, E + m, tile_bytes) for m in range(SHARED_BLOCKS)] for _ in range(cols)]
+def order(blocks, cols, tile_bytes, spread):
+    """band_tile's order for routed experts of blocks[e] row blocks and one shared expert of
+    TOKENS / 64 (expert by expert, an expert's row blocks fastest), with the shared groups last
+    (spread 0) or group u before routed tile u * (routed / spread) / groups."""
+    routed = [((e, b), tile_bytes, n) for e, n in enumerate(blocks) for _ in range(cols)
+              for b in range(n)]
+    shared = TOKENS // 64
+    groups = [[(("shared", b), tile_bytes, shared) for b in range(shared)] for _ in range(cols)]
     if spread == 0:
         return routed + [t for grp in groups for t in grp]
     span, out, at = len(routed) // spread, [], 0
@@ -72,17 +80,29 @@ def order(cols, tile_bytes, spread):
     return out + routed[at:]
 
 
+def model(name, blocks, rate):
+    experts = len(blocks) + 1
+    total = experts * (GATE_UP_COLS * GATE_UP_BYTES + DOWN_COLS * DOWN_BYTES)
+    floor = total / rate
+    print(f"{name}, DRAM {rate / 1e9:.0f} GB/s: {total / 1e9:.2f} GB of weights, "
+          f"floor {floor * 1e6:.1f} us")
+    for label, (gate_up, down) in (("shared last (main)", (0, 0)),
+                                   ("spread (gate/up 1/2, down all)", (2, 1))):
+        t = makespan(order(blocks, GATE_UP_COLS, GATE_UP_BYTES, gate_up),
+                     order(blocks, DOWN_COLS, DOWN_BYTES, down), rate)
+        print(f"  {label:32s} {t * 1e6:8.1f} us  {t / floor:.4f} x floor")
+
+
 def main():
     rates = [float(a) * 1e9 for a in sys.argv[1:]] or [4583e9]
-    total = (E + 1) * (GATE_UP_COLS * GATE_UP_BYTES + DOWN_COLS * DOWN_BYTES)
+    rng = random.Random(1)
+    counts = [0] * 32
+    for _ in range(TOKENS):
+        for e in rng.sample(range(32), 4):
+            counts[e] += 1
     for rate in rates:
-        floor = total / rate
-        print(f"DRAM {rate / 1e9:.0f} GB/s: {total / 1e9:.2f} GB, floor {floor * 1e6:.1f} us")
-        for name, spreads in (("shared last (main)", (0, 0)), ("spread (gate/up 1/2, down all)",
-                                                                (2, 1))):
-            t = makespan(order(GATE_UP_COLS, GATE_UP_BYTES, spreads[0]),
-                         order(DOWN_COLS, DOWN_BYTES, spreads[1]), rate)
-            print(f"  {name:32s} {t * 1e6:8.1f} us  {t / floor:.4f} x floor")
+        model("DeepSeek-V3 T = 512", [1] * 256, rate)
+        model("gpumode T = 512", [(c + 63) // 64 for c in counts], rate)
 
 
 if __name__ == "__main__":
