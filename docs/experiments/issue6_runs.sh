@@ -23,8 +23,9 @@
 #                                                        kernels): the swapped and TMA tiles' GPU
 #                                                        case and the graph determinism case on
 #                                                        BUILD, then scripts/ab_bench A BUILD at
-#                                                        DeepSeek-V3 T = 512 and 4096 (no spread
-#                                                        there: a control), bf16, two rounds
+#                                                        DeepSeek-V3 T = 512, 1024 and 4096 (no
+#                                                        spread there: a control), bf16, two
+#                                                        rounds
 #   docs/experiments/issue6_runs.sh spread-gm BUILD A    49a: the same ab_bench at gpumode T = 512
 #                                                        (spread) and 2048 (none), and DeepSeek-V3
 #                                                        fp16 T = 512
@@ -141,7 +142,7 @@ PY
     echo "cases rc=$?"
     tail -3 "$out/cases.log"
     OUT=$out/ab timeout 300 scripts/ab_bench --rounds 2 "$a" "$build" -- --preset deepseek-v3 \
-      --dtype bf16 --check --no-power --tokens 512,4096 > "$out/ab.log" 2>&1
+      --dtype bf16 --check --no-power --tokens 512,1024,4096 > "$out/ab.log" 2>&1
     echo "ab rc=$?"
     grep -ho "check: [A-Z]*" "$out"/ab/ab-*.log | sort | uniq -c
     tail -8 "$out/ab.log"
