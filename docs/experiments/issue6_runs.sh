@@ -42,6 +42,15 @@ bench() {  # NAME ARGS...: one bench process, its JSON at $out/NAME.json, its lo
     >> "$out/bench.log" 2>&1
   echo "$name rc=$? $((SECONDS - start)) s"
 }
+ab() {  # NAME BUILD_A BUILD_B BENCH ARGS...: scripts/ab_bench, 2 rounds, its logs in one tarball
+  local name=$1 a=$2 b=$3
+  shift 3
+  OUT=$out/$name timeout 300 scripts/ab_bench --rounds 2 "$a" "$b" -- "$@" > "$out/$name.log" 2>&1
+  echo "$name rc=$?"
+  grep -A20 "B / A" "$out/$name.log"
+  grep -ho "check: [A-Z]*" "$out/$name"/ab-*.log | sort | uniq -c
+  tar czf "$out/$name-logs.tgz" -C "$out" "$name" && rm -r "${out:?}/$name"
+}
 summary() {  # JSON files: one line a T
   python3 - "$@" <<'PY'
 import json, os, sys
@@ -139,25 +148,13 @@ PY
       "every TMA warp-specialized tile matches the reference*" > "$out/cases.log" 2>&1
     echo "cases rc=$?"
     tail -3 "$out/cases.log"
-    OUT=$out/ab timeout 300 scripts/ab_bench --rounds 2 "$a" "$build" -- --preset deepseek-v3 \
-      --dtype bf16 --check --no-power --tokens 512,1024,4096 > "$out/ab.log" 2>&1
-    echo "ab rc=$?"
-    grep -ho "check: [A-Z]*" "$out"/ab/ab-*.log | sort | uniq -c
-    tail -8 "$out/ab.log"
-    tar czf "$out/ab-logs.tgz" -C "$out" ab && rm -r "$out/ab"
+    ab ab "$a" "$build" --preset deepseek-v3 --dtype bf16 --check --no-power \
+      --tokens 512,1024,4096
     ;;
   spread-gm)
     a=${3:?build A: main kernels}
-    OUT=$out/gm timeout 280 scripts/ab_bench --rounds 2 "$a" "$build" -- --preset gpumode-moe \
-      --dtype bf16 --check --no-power --tokens 512,2048 > "$out/ab.log" 2>&1
-    echo "ab gpumode rc=$?"
-    tail -6 "$out/ab.log"
-    OUT=$out/fp16 timeout 250 scripts/ab_bench --rounds 2 "$a" "$build" -- --preset deepseek-v3 \
-      --dtype fp16 --check --no-power --tokens 512 > "$out/ab16.log" 2>&1
-    echo "ab fp16 rc=$?"
-    tail -5 "$out/ab16.log"
-    grep -ho "check: [A-Z]*" "$out"/gm/ab-*.log "$out"/fp16/ab-*.log | sort | uniq -c
-    tar czf "$out/ab-logs.tgz" -C "$out" gm fp16 && rm -r "$out/gm" "$out/fp16"
+    ab gm "$a" "$build" --preset gpumode-moe --dtype bf16 --check --no-power --tokens 512,2048
+    ab fp16 "$a" "$build" --preset deepseek-v3 --dtype fp16 --check --no-power --tokens 512
     ;;
   *) echo "unknown mode $mode" >&2; exit 2 ;;
 esac
