@@ -29,8 +29,15 @@
 #   docs/experiments/issue6_runs.sh spread-gm BUILD A    49a: the same ab_bench at gpumode T = 512
 #                                                        (spread) and 2048 (none), and DeepSeek-V3
 #                                                        fp16 T = 512
+#   docs/experiments/issue6_runs.sh release BUILD A      50a: the swapped tiles' early stage release
+#                                                        (BUILD, branch early-release) against A
+#                                                        (main's kernels): the swapped and TMA
+#                                                        tiles' GPU case on BUILD, scripts/ab_bench
+#                                                        A BUILD at DeepSeek-V3 bf16 T = 512 and
+#                                                        1024 and fp16 T = 512, two rounds; then
+#                                                        ncu's per-stage table of BUILD at T = 512
 set -u
-mode=${1:?table, second-t, suite, decode-energy, t512, spread or spread-gm}
+mode=${1:?table, second-t, suite, decode-energy, t512, spread, spread-gm or release}
 build=${2:?a build directory}
 out=${OUT:-.}
 export RT_MOE_CACHE_DIR=$PWD/$build/kcache
@@ -155,6 +162,18 @@ PY
     a=${3:?build A: main kernels}
     ab gm "$a" "$build" --preset gpumode-moe --dtype bf16 --check --no-power --tokens 512,2048
     ab fp16 "$a" "$build" --preset deepseek-v3 --dtype fp16 --check --no-power --tokens 512
+    ;;
+  release)
+    a=${3:?build A: main kernels}
+    timeout 200 stdbuf -oL -eL "$build/tests/rt_moe_gpu_tests" --durations yes \
+      "every TMA warp-specialized tile matches the reference*" > "$out/cases.log" 2>&1
+    echo "cases rc=$?"
+    tail -3 "$out/cases.log"
+    ab ab "$a" "$build" --preset deepseek-v3 --dtype bf16 --check --no-power --tokens 512,1024
+    ab fp16 "$a" "$build" --preset deepseek-v3 --dtype fp16 --check --no-power --tokens 512
+    OUT=$out timeout 120 scripts/profile --tokens 512 "$build" > "$out/profile.log" 2>&1
+    echo "profile rc=$?"
+    tail -15 "$out/profile.log" | cut -c1-200
     ;;
   *) echo "unknown mode $mode" >&2; exit 2 ;;
 esac
