@@ -35,7 +35,8 @@
 #                                                        tiles' GPU case on BUILD, scripts/ab_bench
 #                                                        A BUILD at DeepSeek-V3 bf16 T = 512 and
 #                                                        1024 and fp16 T = 512, two rounds; then
-#                                                        ncu's per-stage table of BUILD at T = 512
+#                                                        ncu's per-stage tables of A and BUILD at
+#                                                        T = 512
 set -u
 mode=${1:?table, second-t, suite, decode-energy, t512, spread, spread-gm or release}
 build=${2:?a build directory}
@@ -171,9 +172,14 @@ PY
     tail -3 "$out/cases.log"
     ab ab "$a" "$build" --preset deepseek-v3 --dtype bf16 --check --no-power --tokens 512,1024
     ab fp16 "$a" "$build" --preset deepseek-v3 --dtype fp16 --check --no-power --tokens 512
-    OUT=$out timeout 120 scripts/profile --tokens 512 "$build" > "$out/profile.log" 2>&1
-    echo "profile rc=$?"
-    tail -15 "$out/profile.log" | cut -c1-200
+    for b in "$a" "$build"; do  # ncu's per-stage table at T = 512 of A, then of BUILD
+      name=prof-$(basename "$b")
+      mkdir -p "$out/$name"
+      OUT=$out/$name RT_MOE_CACHE_DIR=$PWD/$b/kcache timeout 120 scripts/profile --tokens 512 "$b" \
+        > "$out/$name.log" 2>&1
+      echo "$name rc=$?"
+      tail -14 "$out/$name.log" | cut -c1-200
+    done
     ;;
   *) echo "unknown mode $mode" >&2; exit 2 ;;
 esac
