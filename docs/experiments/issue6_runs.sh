@@ -31,14 +31,18 @@
 #                                                        fp16 T = 512
 #   docs/experiments/issue6_runs.sh release BUILD A      50a: the swapped tiles' early stage release
 #                                                        (BUILD, branch early-release) against A
-#                                                        (main's kernels): the swapped and TMA
-#                                                        tiles' GPU case on BUILD, scripts/ab_bench
-#                                                        A BUILD at DeepSeek-V3 bf16 T = 512 and
-#                                                        1024 and fp16 T = 512, two rounds; then
-#                                                        ncu's per-stage tables of A and BUILD at
-#                                                        T = 512
+#                                                        (main's kernels): scripts/ab_bench A BUILD
+#                                                        at DeepSeek-V3 bf16 T = 512 and 1024 and
+#                                                        fp16 T = 512, two rounds; ncu's per-stage
+#                                                        tables of A and BUILD at T = 512; then the
+#                                                        swapped and TMA tiles' GPU case on BUILD
+#   docs/experiments/issue6_runs.sh probe-tokens BUILD A 50b: an oracle (BUILD, branch
+#                                                        probe-tokens-512: the swapped tiles of up
+#                                                        to 64 tokens copy no token rows) against
+#                                                        A at DeepSeek-V3 bf16 T = 512 and 1024,
+#                                                        with the power readings, no --check
 set -u
-mode=${1:?table, second-t, suite, decode-energy, t512, spread, spread-gm or release}
+mode=${1:?table, second-t, suite, decode-energy, t512, spread, spread-gm, release or probe-tokens}
 build=${2:?a build directory}
 out=${OUT:-.}
 export RT_MOE_CACHE_DIR=$PWD/$build/kcache
@@ -166,10 +170,6 @@ PY
     ;;
   release)
     a=${3:?build A: main kernels}
-    timeout 200 stdbuf -oL -eL "$build/tests/rt_moe_gpu_tests" --durations yes \
-      "every TMA warp-specialized tile matches the reference*" > "$out/cases.log" 2>&1
-    echo "cases rc=$?"
-    tail -3 "$out/cases.log"
     ab ab "$a" "$build" --preset deepseek-v3 --dtype bf16 --check --no-power --tokens 512,1024
     ab fp16 "$a" "$build" --preset deepseek-v3 --dtype fp16 --check --no-power --tokens 512
     for b in "$a" "$build"; do  # ncu's per-stage table at T = 512 of A, then of BUILD
@@ -180,6 +180,16 @@ PY
       echo "$name rc=$?"
       tail -14 "$out/$name.log" | cut -c1-200
     done
+    timeout 200 stdbuf -oL -eL "$build/tests/rt_moe_gpu_tests" --durations yes \
+      "every TMA warp-specialized tile matches the reference*" > "$out/cases.log" 2>&1
+    echo "cases rc=$?"
+    tail -3 "$out/cases.log"
+    ;;
+  probe-tokens)
+    a=${3:?build A: main kernels}
+    # An oracle (wrong results, so no --check): the power readings say whether its zero token
+    # operands moved the clock.
+    ab probe "$a" "$build" --preset deepseek-v3 --dtype bf16 --tokens 512,1024
     ;;
   *) echo "unknown mode $mode" >&2; exit 2 ;;
 esac
