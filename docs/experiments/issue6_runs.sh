@@ -32,8 +32,8 @@
 #   docs/experiments/issue6_runs.sh release BUILD A      50a: the swapped tiles' early stage release
 #                                                        (BUILD, branch early-release) against A
 #                                                        (main's kernels): scripts/ab_bench A BUILD
-#                                                        at DeepSeek-V3 bf16 T = 512 and 1024 and
-#                                                        fp16 T = 512, two rounds; ncu's per-stage
+#                                                        at DeepSeek-V3 bf16 T = 512 and 1024, two
+#                                                        rounds; ncu's per-stage
 #                                                        tables of A and BUILD at T = 512; then the
 #                                                        swapped and TMA tiles' GPU case on BUILD
 #   docs/experiments/issue6_runs.sh probe-tokens BUILD A 50b: an oracle (BUILD, branch
@@ -171,7 +171,6 @@ PY
   release)
     a=${3:?build A: main kernels}
     ab ab "$a" "$build" --preset deepseek-v3 --dtype bf16 --check --no-power --tokens 512,1024
-    ab fp16 "$a" "$build" --preset deepseek-v3 --dtype fp16 --check --no-power --tokens 512
     for b in "$a" "$build"; do  # ncu's per-stage table at T = 512 of A, then of BUILD
       name=prof-$(basename "$b")
       mkdir -p "$out/$name"
