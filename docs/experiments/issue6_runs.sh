@@ -33,10 +33,10 @@
 #                                                        (BUILD, branch early-release) against A
 #                                                        (main's kernels): scripts/ab_bench A BUILD
 #                                                        at DeepSeek-V3 bf16 T = 512 and 1024, two
-#                                                        rounds; ncu's per-stage
-#                                                        table of BUILD at T = 512; then, if BUILD
-#                                                        ran faster at 512, the swapped and TMA
-#                                                        tiles' GPU case on BUILD
+#                                                        rounds; ncu's per-stage table of BUILD at
+#                                                        T = 512; then, if BUILD ran faster at
+#                                                        512, the swapped and TMA tiles' GPU case
+#                                                        on BUILD
 #   docs/experiments/issue6_runs.sh probe-tokens BUILD A 50b: an oracle (BUILD, branch
 #                                                        probe-tokens-512: the swapped tiles of up
 #                                                        to 64 tokens copy no token rows) against
