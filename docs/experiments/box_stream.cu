@@ -1,0 +1,254 @@
+// How the swapped GEMMs' weight loads stream against the decode tile's (docs/PERF.md 50d). At
+// DeepSeek-V3 T = 512 the swapped GEMMs stream 92-95% of the HBM ceiling where the fused decode
+// kernel streams 98%; 50b ruled out the token rows' L2 reads and the power cap, 50a the stages in
+// flight. What is left is the load itself: a swapped tile's stage is 256 weight rows x 128 bytes
+// (a K tile of 64 bf16), 14336 bytes apart (H = 7168), loaded by the tensor-copy engine as two
+// boxes of 128 rows into a 5-stage ring of 32 KiB stages, one block an SM, a producer warpgroup
+// and two consumer warpgroups that wait for each stage and release it. Here the same ring and the
+// same bytes, the consumers doing nothing but wait and release, loaded:
+//   - "tma 2 x 128": as the swapped kernel (L2 promotion 128 B, 128-byte swizzle);
+//   - "tma 4 x 64": four boxes of 64 rows;
+//   - "tma 2 x 128, 256 B promotion": the boxes asking L2 for 256-byte lines;
+//   - "cp.async": the producer's 128 threads, 16 copies of 16 bytes each a stage, arriving on the
+//     full barrier as they land (the decode tile's kind of copy, in the swapped kernel's ring).
+// Each pattern back to back for ~1.5 s, random bits (as the weights), the board's draw by NVML
+// (steady_power.h). If the boxes stream 3-5% under cp.async, the swapped GEMMs' producer should
+// copy the weights by cp.async; if all four stream alike, the load is not it either.
+// Build here (nvcc 13; tools/power.cpp for NVML, fmt header-only), run on the GPU host:
+//   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -DFMT_HEADER_ONLY -Itools \
+//        -Ikernel_templates -Xcompiler -Wno-stringop-overflow \
+//        -o box_stream docs/experiments/box_stream.cu tools/power.cpp
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <thread>
+
+#include "bench.cuh"  // FillBits, the HBM ceiling's random fill
+#include "cuda_check.h"
+#include "power.h"
+#include "read_sink.h"
+#include "steady_power.h"
+#include "tile_loader.cuh"  // swizzle_128b, cp.async and smem_address
+
+using namespace rt_moe;
+
+constexpr int kThreads = 384;  // a producer warpgroup, two consumer warpgroups
+constexpr int kRowBytes = 14336;
+constexpr int kCols = kRowBytes / 2;  // bf16 elements a row
+constexpr int kTileRows = 256;
+constexpr long long kTileBytes = (long long)kTileRows * kRowBytes;  // 3.67 MB
+constexpr int kStageBytes = kTileRows * 128;                        // 32 KiB
+constexpr int kStages = 5;
+constexpr int kSteps = kRowBytes / 128;  // 112 K tiles a tile
+constexpr int kConsumerWarps = 8;
+constexpr int kSmem = kStages * kStageBytes + 1024;  // + 1024: the ring's 1024-byte alignment
+
+enum Mode { kTma128 = 0, kTma64 = 1, kCpAsync = 2 };
+
+__device__ __forceinline__ void bar_init(unsigned bar, unsigned count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void bar_arrive(unsigned bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void bar_arrive_tx(unsigned bar, unsigned bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void bar_arrive_cp_async(unsigned bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void bar_wait(unsigned bar, unsigned parity) {
+  asm volatile(
+      "{\n.reg .pred done;\nwait:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra wait;\n}\n" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+}
+__device__ __forceinline__ void box_load(unsigned dst, const CUtensorMap* map, int x, int y,
+                                         unsigned bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%2, %3}], [%4];" ::"r"(dst),
+      "l"(reinterpret_cast<unsigned long long>(map)), "r"(x), "r"(y), "r"(bar)
+      : "memory");
+}
+
+// Block b streams tiles b, b + gridDim.x, ... (as many for every block: the grid ends evenly).
+template <int MODE>
+__global__ void __launch_bounds__(kThreads, 1)
+    box_ring(const __grid_constant__ CUtensorMap map, const char* w, int tiles, int4* out) {
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  __shared__ __align__(8) unsigned long long bars[2 * kStages];
+  const unsigned ring = (smem_address(smem_raw) + 1023) / 1024 * 1024;
+  const unsigned full = smem_address(bars), empty = full + 8 * kStages;
+  const int tid = threadIdx.x;
+  if (tid == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      bar_init(full + 8 * s, MODE == kCpAsync ? 128 : 1);
+      bar_init(empty + 8 * s, kConsumerWarps);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+  int stage = 0;
+  unsigned phase = 0;
+  if (tid < 128) {  // the producer
+    for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+      for (int kt = 0; kt < kSteps; ++kt) {
+        bar_wait(empty + 8 * stage, phase ^ 1);
+        const unsigned dst = ring + stage * kStageBytes, bar = full + 8 * stage;
+        if (MODE == kCpAsync) {
+          const char* src = w + tile * kTileBytes + kt * 128;
+#pragma unroll
+          for (int j = 0; j < 16; ++j) {
+            const int idx = tid + 128 * j, row = idx / 8, chunk = idx % 8;
+            cp_async_16(dst + swizzle_128b(row, chunk),
+                        src + (long long)row * kRowBytes + chunk * 16, true);
+          }
+          bar_arrive_cp_async(bar);
+        } else if (tid == 0) {
+          bar_arrive_tx(bar, kStageBytes);
+          constexpr int kBoxes = MODE == kTma128 ? 2 : 4, kBoxRows = kTileRows / kBoxes;
+#pragma unroll
+          for (int b = 0; b < kBoxes; ++b) {
+            box_load(dst + b * kBoxRows * 128, &map, kt * 64, tile * kTileRows + b * kBoxRows, bar);
+          }
+        }
+        if (++stage == kStages) {
+          stage = 0;
+          phase ^= 1;
+        }
+      }
+    }
+    cp_async_wait<0>();
+  } else {  // the consumers: wait for each stage, touch one word of it, release it
+    int4 acc{0, 0, 0, 0};
+    const int lane = tid % 32;
+    for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+      for (int kt = 0; kt < kSteps; ++kt) {
+        bar_wait(full + 8 * stage, phase);
+        if (lane == 0) {
+          int v;
+          asm volatile("ld.shared.b32 %0, [%1];"
+                       : "=r"(v)
+                       : "r"(ring + stage * kStageBytes + 4 * tid));
+          acc.x ^= v;
+        }
+        __syncwarp();
+        if (lane == 0) bar_arrive(empty + 8 * stage);
+        if (++stage == kStages) {
+          stage = 0;
+          phase ^= 1;
+        }
+      }
+    }
+    sink(acc, out);
+  }
+}
+
+// Random bits, as a model's weights: the bench's own fill (bench.cuh's FillBits, seed 0), each
+// bf16's exponent below 0x80.
+__global__ void fill_random(unsigned* p, size_t n) {
+  rt_moe::FillBits<256>::run({p, (long long)n, 0u, 0xbfffbfffu});
+}
+
+// The weights as a [rows, kCols] bf16 matrix with boxes of 64 elements x `box_rows` rows.
+CUtensorMap weight_map(void* w, unsigned long long rows, unsigned box_rows,
+                       CUtensorMapL2promotion promotion) {
+  using Encode =
+      CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
+                   const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
+                   CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+  void* fn = nullptr;
+  cudaDriverEntryPointQueryResult found{};
+  CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault,
+                                         &found));
+  if (fn == nullptr || found != cudaDriverEntryPointSuccess) {
+    std::fprintf(stderr, "box_stream: no cuTensorMapEncodeTiled\n");
+    std::exit(1);
+  }
+  CUtensorMap map;
+  const cuuint64_t dims[2] = {kCols, rows};
+  const cuuint64_t strides[1] = {kRowBytes};
+  const cuuint32_t box[2] = {64, box_rows};
+  const cuuint32_t element_strides[2] = {1, 1};
+  const CUresult r = reinterpret_cast<Encode>(fn)(
+      &map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, w, dims, strides, box, element_strides,
+      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, promotion,
+      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS) {
+    std::fprintf(stderr, "box_stream: cuTensorMapEncodeTiled failed (%d)\n", int(r));
+    std::exit(1);
+  }
+  return map;
+}
+
+int main(int argc, char** argv) {
+  const int rounds = argc > 1 ? std::atoi(argv[1]) : 2;
+  cudaDeviceProp prop;
+  CHECK(cudaGetDeviceProperties(&prop, 0));
+  PowerMeter meter(device_bus_id(0));
+  if (!meter_ready(meter, "box_stream")) return 1;
+  const int sms = prop.multiProcessorCount;
+  const int tiles = sms * 8;  // 3.9 GB on 132 SMs, far past the 50 MB L2
+  const size_t bytes = size_t(tiles) * kTileBytes;
+  char* w;
+  int4* out;
+  CHECK(cudaMalloc(&w, bytes));
+  CHECK(cudaMalloc(&out, 1024 * sizeof(int4)));
+  fill_random<<<4 * sms, 256>>>(reinterpret_cast<unsigned*>(w), bytes / 4);
+  CHECK(cudaGetLastError());
+  const unsigned long long rows = (unsigned long long)tiles * kTileRows;
+  const CUtensorMap map128 = weight_map(w, rows, 128, CU_TENSOR_MAP_L2_PROMOTION_L2_128B);
+  const CUtensorMap map64 = weight_map(w, rows, 64, CU_TENSOR_MAP_L2_PROMOTION_L2_128B);
+  const CUtensorMap map128p = weight_map(w, rows, 128, CU_TENSOR_MAP_L2_PROMOTION_L2_256B);
+  CHECK(
+      cudaFuncSetAttribute(box_ring<kTma128>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+  CHECK(cudaFuncSetAttribute(box_ring<kTma64>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+  CHECK(
+      cudaFuncSetAttribute(box_ring<kCpAsync>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+  CHECK(cudaDeviceSynchronize());
+  std::printf(
+      "%s, %d SMs, power limit %.0f W; %.2f GB of random bits a launch, %d blocks of %d "
+      "threads, %d stages of %d KiB; each pattern ~1.5 s back to back, the draw of the "
+      "second half\n",
+      prop.name, sms, meter.limit_w(), bytes / 1e9, sms, kThreads, kStages, kStageBytes / 1024);
+  const PowerMeter::Reading idle =
+      meter.idle(std::chrono::milliseconds(500), std::chrono::milliseconds(1000));
+  std::printf("%-34s %7.0f W %6.0f MHz\n", "idle", idle.watts, idle.sm_mhz);
+  const auto report = [&](const char* name, const Run& r) {
+    std::printf("%-34s %7.0f W %6.0f MHz %7.0f GB/s %6.1f pJ/B above idle (%d updates)\n", name,
+                r.watts, r.mhz, r.bytes_per_s / 1e9, (r.watts - idle.watts) / r.bytes_per_s * 1e12,
+                r.updates);
+    std::fflush(stdout);
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  };
+  const double b = double(bytes);
+  for (int round = 0; round < rounds; ++round) {
+    report("linear (ceiling's pattern)", steady(meter, 1.5, b, [&] {
+             dram_read<<<sms * 4, 512>>>(reinterpret_cast<const int4*>(w), bytes / 16, out);
+           }));
+    report("tma 2 x 128 (the swapped kernel)", steady(meter, 1.5, b, [&] {
+             box_ring<kTma128><<<sms, kThreads, kSmem>>>(map128, w, tiles, out);
+           }));
+    report("tma 4 x 64", steady(meter, 1.5, b, [&] {
+             box_ring<kTma64><<<sms, kThreads, kSmem>>>(map64, w, tiles, out);
+           }));
+    report("tma 2 x 128, 256 B promotion", steady(meter, 1.5, b, [&] {
+             box_ring<kTma128><<<sms, kThreads, kSmem>>>(map128p, w, tiles, out);
+           }));
+    report("cp.async, 128 threads", steady(meter, 1.5, b, [&] {
+             box_ring<kCpAsync><<<sms, kThreads, kSmem>>>(map128, w, tiles, out);
+           }));
+  }
+  CHECK(cudaGetLastError());
+  CHECK(cudaFree(w));
+  CHECK(cudaFree(out));
+  return 0;
+}
