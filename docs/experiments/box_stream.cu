@@ -14,9 +14,11 @@
 // Each pattern back to back for ~1.5 s, random bits (as the weights), the board's draw by NVML
 // (steady_power.h). If the boxes stream 3-5% under cp.async, the swapped GEMMs' producer should
 // copy the weights by cp.async; if all four stream alike, the load is not it either.
-// Build here (nvcc 13; tools/power.cpp for NVML, fmt header-only), run on the GPU host:
+// Build here (nvcc 13; tools/power.cpp for NVML, fmt header-only), run on the GPU host
+// (1886: bench.cuh's and the sm_90 kernels' dynamic shared memory declare different alignments,
+// which no runtime kernel meets, as none includes both):
 //   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -DFMT_HEADER_ONLY -Itools \
-//        -Ikernel_templates -Xcompiler -Wno-stringop-overflow \
+//        -Ikernel_templates -Xcompiler -Wno-stringop-overflow -diag-suppress 1886 \
 //        -o box_stream docs/experiments/box_stream.cu tools/power.cpp
 #include <cuda.h>
 #include <cuda_runtime.h>
@@ -24,15 +26,15 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string>
-#include <thread>
 
 #include "bench.cuh"  // FillBits, the HBM ceiling's random fill
 #include "cuda_check.h"
+#include "grouped_gemm_sm90_ws.cuh"  // the kernels' mbarrier and TMA wrappers, cp.async
 #include "power.h"
 #include "read_sink.h"
 #include "steady_power.h"
-#include "tile_loader.cuh"  // swizzle_128b, cp.async and smem_address
 
 using namespace rt_moe;
 
@@ -49,40 +51,10 @@ constexpr int kSmem = kStages * kStageBytes + 1024;  // + 1024: the ring's 1024-
 
 enum Mode { kTma128 = 0, kTma64 = 1, kCpAsync = 2 };
 
-__device__ __forceinline__ void bar_init(unsigned bar, unsigned count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
-}
-__device__ __forceinline__ void bar_arrive(unsigned bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
-}
-__device__ __forceinline__ void bar_arrive_tx(unsigned bar, unsigned bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes)
-               : "memory");
-}
-__device__ __forceinline__ void bar_arrive_cp_async(unsigned bar) {
-  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(bar) : "memory");
-}
-__device__ __forceinline__ void bar_wait(unsigned bar, unsigned parity) {
-  asm volatile(
-      "{\n.reg .pred done;\nwait:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-      "@!done bra wait;\n}\n" ::"r"(bar),
-      "r"(parity)
-      : "memory");
-}
-__device__ __forceinline__ void box_load(unsigned dst, const CUtensorMap* map, int x, int y,
-                                         unsigned bar) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
-      " [%0], [%1, {%2, %3}], [%4];" ::"r"(dst),
-      "l"(reinterpret_cast<unsigned long long>(map)), "r"(x), "r"(y), "r"(bar)
-      : "memory");
-}
-
 // Block b streams tiles b, b + gridDim.x, ... (as many for every block: the grid ends evenly).
 template <int MODE>
 __global__ void __launch_bounds__(kThreads, 1)
-    box_ring(const __grid_constant__ CUtensorMap map, const char* w, int tiles, int4* out) {
+    box_ring(const __grid_constant__ TensorMap map, const char* w, int tiles, int4* out) {
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   __shared__ __align__(8) unsigned long long bars[2 * kStages];
   const unsigned ring = (smem_address(smem_raw) + 1023) / 1024 * 1024;
@@ -90,10 +62,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int tid = threadIdx.x;
   if (tid == 0) {
     for (int s = 0; s < kStages; ++s) {
-      bar_init(full + 8 * s, MODE == kCpAsync ? 128 : 1);
-      bar_init(empty + 8 * s, kConsumerWarps);
+      mbarrier_init(full + 8 * s, MODE == kCpAsync ? 128 : 1);
+      mbarrier_init(empty + 8 * s, kConsumerWarps);
     }
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    mbarrier_init_fence();
   }
   __syncthreads();
   int stage = 0;
@@ -101,7 +73,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (tid < 128) {  // the producer
     for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
       for (int kt = 0; kt < kSteps; ++kt) {
-        bar_wait(empty + 8 * stage, phase ^ 1);
+        mbarrier_wait(empty + 8 * stage, phase ^ 1);
         const unsigned dst = ring + stage * kStageBytes, bar = full + 8 * stage;
         if (MODE == kCpAsync) {
           const char* src = w + tile * kTileBytes + kt * 128;
@@ -111,13 +83,14 @@ __global__ void __launch_bounds__(kThreads, 1)
             cp_async_16(dst + swizzle_128b(row, chunk),
                         src + (long long)row * kRowBytes + chunk * 16, true);
           }
-          bar_arrive_cp_async(bar);
+          mbarrier_arrive_on_cp_async(bar);
         } else if (tid == 0) {
-          bar_arrive_tx(bar, kStageBytes);
+          mbarrier_arrive_expect_tx(bar, kStageBytes);
           constexpr int kBoxes = MODE == kTma128 ? 2 : 4, kBoxRows = kTileRows / kBoxes;
 #pragma unroll
           for (int b = 0; b < kBoxes; ++b) {
-            box_load(dst + b * kBoxRows * 128, &map, kt * 64, tile * kTileRows + b * kBoxRows, bar);
+            tma_load_2d(dst + b * kBoxRows * 128, &map, kt * 64, tile * kTileRows + b * kBoxRows,
+                        bar);
           }
         }
         if (++stage == kStages) {
@@ -132,7 +105,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int lane = tid % 32;
     for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
       for (int kt = 0; kt < kSteps; ++kt) {
-        bar_wait(full + 8 * stage, phase);
+        mbarrier_wait(full + 8 * stage, phase);
         if (lane == 0) {
           int v;
           asm volatile("ld.shared.b32 %0, [%1];"
@@ -141,7 +114,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           acc.x ^= v;
         }
         __syncwarp();
-        if (lane == 0) bar_arrive(empty + 8 * stage);
+        if (lane == 0) mbarrier_arrive(empty + 8 * stage);
         if (++stage == kStages) {
           stage = 0;
           phase ^= 1;
@@ -159,8 +132,8 @@ __global__ void fill_random(unsigned* p, size_t n) {
 }
 
 // The weights as a [rows, kCols] bf16 matrix with boxes of 64 elements x `box_rows` rows.
-CUtensorMap weight_map(void* w, unsigned long long rows, unsigned box_rows,
-                       CUtensorMapL2promotion promotion) {
+TensorMap weight_map(void* w, unsigned long long rows, unsigned box_rows,
+                     CUtensorMapL2promotion promotion) {
   using Encode =
       CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
                    const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
@@ -186,7 +159,9 @@ CUtensorMap weight_map(void* w, unsigned long long rows, unsigned box_rows,
     std::fprintf(stderr, "box_stream: cuTensorMapEncodeTiled failed (%d)\n", int(r));
     std::exit(1);
   }
-  return map;
+  TensorMap out;
+  std::memcpy(&out, &map, sizeof(map));
+  return out;
 }
 
 int main(int argc, char** argv) {
@@ -205,9 +180,9 @@ int main(int argc, char** argv) {
   fill_random<<<4 * sms, 256>>>(reinterpret_cast<unsigned*>(w), bytes / 4);
   CHECK(cudaGetLastError());
   const unsigned long long rows = (unsigned long long)tiles * kTileRows;
-  const CUtensorMap map128 = weight_map(w, rows, 128, CU_TENSOR_MAP_L2_PROMOTION_L2_128B);
-  const CUtensorMap map64 = weight_map(w, rows, 64, CU_TENSOR_MAP_L2_PROMOTION_L2_128B);
-  const CUtensorMap map128p = weight_map(w, rows, 128, CU_TENSOR_MAP_L2_PROMOTION_L2_256B);
+  const TensorMap map128 = weight_map(w, rows, 128, CU_TENSOR_MAP_L2_PROMOTION_L2_128B);
+  const TensorMap map64 = weight_map(w, rows, 64, CU_TENSOR_MAP_L2_PROMOTION_L2_128B);
+  const TensorMap map128p = weight_map(w, rows, 128, CU_TENSOR_MAP_L2_PROMOTION_L2_256B);
   CHECK(
       cudaFuncSetAttribute(box_ring<kTma128>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
   CHECK(cudaFuncSetAttribute(box_ring<kTma64>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
@@ -222,13 +197,7 @@ int main(int argc, char** argv) {
   const PowerMeter::Reading idle =
       meter.idle(std::chrono::milliseconds(500), std::chrono::milliseconds(1000));
   std::printf("%-34s %7.0f W %6.0f MHz\n", "idle", idle.watts, idle.sm_mhz);
-  const auto report = [&](const char* name, const Run& r) {
-    std::printf("%-34s %7.0f W %6.0f MHz %7.0f GB/s %6.1f pJ/B above idle (%d updates)\n", name,
-                r.watts, r.mhz, r.bytes_per_s / 1e9, (r.watts - idle.watts) / r.bytes_per_s * 1e12,
-                r.updates);
-    std::fflush(stdout);
-    std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  };
+  const auto report = [&](const char* name, const Run& r) { report_run(name, r, idle.watts); };
   const double b = double(bytes);
   for (int round = 0; round < rounds; ++round) {
     report("linear (ceiling's pattern)", steady(meter, 1.5, b, [&] {

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdio>
 #include <string>
+#include <thread>
 
 #include "cuda_check.h"
 #include "power.h"
@@ -67,4 +68,14 @@ Run steady(PowerMeter& meter, double seconds, double bytes, Launch launch) {
   CHECK(cudaEventDestroy(a));
   CHECK(cudaEventDestroy(b));
   return {r.watts, r.sm_mhz, launches * bytes / (ms * 1e-3), r.updates};
+}
+
+// One pattern's line: its draw, clock and rate, and its picojoules a byte above `idle_watts`;
+// then a pause, so that the next pattern starts from a settled board.
+inline void report_run(const char* name, const Run& r, double idle_watts) {
+  std::printf("%-34s %7.0f W %6.0f MHz %7.0f GB/s %6.1f pJ/B above idle (%d updates)\n", name,
+              r.watts, r.mhz, r.bytes_per_s / 1e9, (r.watts - idle_watts) / r.bytes_per_s * 1e12,
+              r.updates);
+  std::fflush(stdout);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
 }

@@ -25,7 +25,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
-#include <thread>
 
 #include "bench.cuh"  // FillBits, the HBM ceiling's random fill
 #include "cuda_check.h"
@@ -200,13 +199,7 @@ int main(int argc, char** argv) {
   const PowerMeter::Reading idle =
       meter.idle(std::chrono::milliseconds(500), std::chrono::milliseconds(1000));
   std::printf("%-34s %7.0f W %6.0f MHz\n", "idle", idle.watts, idle.sm_mhz);
-  const auto report = [&](const char* name, const Run& r) {
-    std::printf("%-34s %7.0f W %6.0f MHz %7.0f GB/s %6.1f pJ/B above idle (%d updates)\n", name,
-                r.watts, r.mhz, r.bytes_per_s / 1e9, (r.watts - idle.watts) / r.bytes_per_s * 1e12,
-                r.updates);
-    std::fflush(stdout);
-    std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  };
+  const auto report = [&](const char* name, const Run& r) { report_run(name, r, idle.watts); };
   // Tickets restart from zero every 2^18 launches: a ~1.5 s run launches a few hundred.
   const auto ring = [&](auto kernel) {
     return [&, kernel] { kernel<<<blocks, kThreads, kSmem>>>(w, x, tiles, next_ticket(), out); };
