@@ -23,11 +23,13 @@ TensorMap tensor_map_2d(DType dtype, const void* base, std::uint64_t rows, std::
       &map,
       dtype == DType::kF16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2,
       const_cast<void*>(base), dims, strides, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
-      // L2 promotion of one 128-byte line, the box's row: a 256-byte promotion fetched each row's
-      // next K tile with it, and its lines crossed the fabric between the two L2 partitions as
-      // well (ncu at DeepSeek-V3 T = 4096: gate/up 13.0 against 9.0 GB crossing for 16.2 GB read
-      // from DRAM; docs/PERF.md 14d).
-      CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+      // L2 promotion of 256 bytes: an L2 miss on a box row (128 bytes, one K tile) fetches the
+      // row's next K tile with it, which the same block's next stage reads ~1 us later. In the
+      // swapped kernels' ring it streams 1.0-1.3% faster than the 128-byte promotion on an H200
+      // (docs/PERF.md 51a), and end to end it took 2-3% off DeepSeek-V3 T = 512, 1024 and 4096
+      // on an H100, the prefill unchanged (51b). (In the kernels of version 14 the promoted lines
+      // crossed the L2 partition fabric and the 128-byte promotion was faster, 14d.)
+      CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
       CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (result != CUDA_SUCCESS) {
     throw Error(ErrorCode::kCuda,
