@@ -37,13 +37,21 @@
 #                                                        T = 512; then, if BUILD ran faster at
 #                                                        512, the swapped and TMA tiles' GPU case
 #                                                        on BUILD
+#   docs/experiments/issue6_runs.sh promotion A B C     51b and 51c on one GPU: the 256-byte TMA
+#                                                        promotion (B, e.g. main at ec4de99 or
+#                                                        branch promo256) against A (main's
+#                                                        kernels before it) at DeepSeek-V3 bf16 T
+#                                                        = 512, 1024 and 4096, then the cp.async
+#                                                        weights' 256-byte L2 prefetch (C, branch
+#                                                        cp-prefetch) against B at T = 1, 8, 64,
+#                                                        two rounds each, --check
 #   docs/experiments/issue6_runs.sh probe-tokens BUILD A 50b: an oracle (BUILD, branch
 #                                                        probe-tokens-512: the swapped tiles of up
 #                                                        to 64 tokens copy no token rows) against
 #                                                        A at DeepSeek-V3 bf16 T = 512 and 1024,
 #                                                        with the power readings, no --check
 set -u
-mode=${1:?table, second-t, suite, decode-energy, t512, spread, spread-gm, release or probe-tokens}
+mode=${1:?table, second-t, suite, decode-energy, t512, spread, spread-gm, release, promotion or probe-tokens}
 build=${2:?a build directory}
 out=${OUT:-.}
 export RT_MOE_CACHE_DIR=$PWD/$build/kcache
@@ -193,6 +201,13 @@ PY
     # An oracle (wrong results, so no --check): the power readings say whether its zero token
     # operands moved the clock.
     ab probe "$a" "$build" --preset deepseek-v3 --dtype bf16 --tokens 512,1024
+    ;;
+  promotion)
+    # BUILD is A here (the first build named), then B and C.
+    b=${3:?build B: the 256-byte TMA promotion}
+    c=${4:?build C: the cp.async 256-byte prefetch}
+    ab tma "$build" "$b" --preset deepseek-v3 --dtype bf16 --check --no-power --tokens 512,1024,4096
+    ab cp "$b" "$c" --preset deepseek-v3 --dtype bf16 --check --no-power --tokens 1,8,64
     ;;
   *) echo "unknown mode $mode" >&2; exit 2 ;;
 esac
