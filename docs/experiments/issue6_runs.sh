@@ -206,7 +206,8 @@ PY
     # BUILD is A here (the first build named), then B and C.
     b=${3:?build B: the 256-byte TMA promotion}
     c=${4:?build C: the cp.async 256-byte prefetch}
-    ab tma "$build" "$b" --preset deepseek-v3 --dtype bf16 --check --no-power --tokens 512,1024,4096
+    ab tma "$build" "$b" --preset deepseek-v3 --dtype bf16 --check --no-power \
+      --tokens 512,1024,4096
     ab cp "$b" "$c" --preset deepseek-v3 --dtype bf16 --check --no-power --tokens 1,8,64
     ;;
   *) echo "unknown mode $mode" >&2; exit 2 ;;
