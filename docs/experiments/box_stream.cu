@@ -14,6 +14,8 @@
 // Each pattern back to back for ~1.5 s, random bits (as the weights), the board's draw by NVML
 // (steady_power.h). If the boxes stream 3-5% under cp.async, the swapped GEMMs' producer should
 // copy the weights by cp.async; if all four stream alike, the load is not it either.
+// Measured on an H200 (PERF.md 51a): the boxes 97% of the linear read, cp.async 96%, the boxes
+// with 256-byte promotion 98%; the swapped kernels' maps now ask for 256 bytes (51b).
 // Build here (nvcc 13; tools/power.cpp for NVML, fmt header-only), run on the GPU host
 // (1886: bench.cuh's and the sm_90 kernels' dynamic shared memory declare different alignments,
 // which no runtime kernel meets, as none includes both):
