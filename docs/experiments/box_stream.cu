@@ -6,8 +6,8 @@
 // boxes of 128 rows into a 5-stage ring of 32 KiB stages, one block an SM, a producer warpgroup
 // and two consumer warpgroups that wait for each stage and release it. Here the same ring and the
 // same bytes, the consumers doing nothing but wait and release, loaded:
-//   - "tma 2 x 128": as the swapped kernel loaded before ec4de99 (L2 promotion 128 B, 128-byte swizzle; its
-//     maps ask for 256 B since);
+//   - "tma 2 x 128": as the swapped kernel loaded before ec4de99 (L2 promotion 128 B, 128-byte
+//     swizzle; its maps ask for 256 B since);
 //   - "tma 4 x 64": four boxes of 64 rows;
 //   - "tma 2 x 128, 256 B promotion": the boxes asking L2 for 256-byte lines;
 //   - "cp.async": the producer's 128 threads, 16 copies of 16 bytes each a stage, arriving on the
