@@ -45,13 +45,17 @@
 #                                                        weights' 256-byte L2 prefetch (C, branch
 #                                                        cp-prefetch) against B at T = 1, 8, 64,
 #                                                        two rounds each, --check
+#   docs/experiments/issue6_runs.sh edge BUILD           52e: the rows at issue 6's edge with more
+#                                                        forwards (gpumode 2048: 200, DeepSeek-V3
+#                                                        16384: 60), bf16, --check: the median and
+#                                                        the samples' quantiles
 #   docs/experiments/issue6_runs.sh probe-tokens BUILD A 50b: an oracle (BUILD, branch
 #                                                        probe-tokens-512: the swapped tiles of up
 #                                                        to 64 tokens copy no token rows) against
 #                                                        A at DeepSeek-V3 bf16 T = 512 and 1024,
 #                                                        with the power readings, no --check
 set -u
-mode=${1:?table, second-t, suite, decode-energy, t512, spread, spread-gm, release, promotion or probe-tokens}
+mode=${1:?table, second-t, suite, decode-energy, t512, spread, spread-gm, release, promotion, edge or probe-tokens}
 build=${2:?a build directory}
 out=${OUT:-.}
 export RT_MOE_CACHE_DIR=$PWD/$build/kcache
@@ -209,6 +213,30 @@ PY
     ab tma "$build" "$b" --preset deepseek-v3 --dtype bf16 --check --no-power \
       --tokens 512,1024,4096
     ab cp "$b" "$c" --preset deepseek-v3 --dtype bf16 --check --no-power --tokens 1,8,64
+    ;;
+  edge)
+    bench gm2048 --preset gpumode-moe --dtype bf16 --check --no-launch-timing --tokens 2048 \
+      --iters 200
+    bench ds16k --preset deepseek-v3 --dtype bf16 --check --no-launch-timing --tokens 16384 \
+      --iters 60
+    python3 - "$out" <<'PY'
+import json, os, sys
+for name in ("gm2048", "ds16k"):
+    try:
+        d = json.load(open(os.path.join(sys.argv[1], name + ".json")))
+    except (OSError, ValueError) as e:
+        print(name, "not read:", e)
+        continue
+    for r in d["results"]:
+        s = sorted(r["ms_samples"])
+        q = lambda f: s[min(len(s) - 1, int(f * len(s)))]
+        p, c = r.get("power") or {}, r.get("check") or {}
+        print(f"{name} T={r['tokens']} n={len(s)} median={r['ms_median']:.4f} "
+              f"x_floor={r['time_over_floor']:.3f} q10={q(.1):.4f} q25={q(.25):.4f} "
+              f"q75={q(.75):.4f} q90={q(.9):.4f} W={p.get('watts') or 0:.0f} "
+              f"MHz={p.get('sm_mhz') or 0:.0f} capped={p.get('power_capped') or 0:.2f} "
+              f"check={c.get('pass')}")
+PY
     ;;
   *) echo "unknown mode $mode" >&2; exit 2 ;;
 esac
