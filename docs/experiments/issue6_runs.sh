@@ -48,7 +48,7 @@
 #   docs/experiments/issue6_runs.sh edge BUILD           52e: the rows at issue 6's edge with more
 #                                                        forwards (gpumode 2048: 200, DeepSeek-V3
 #                                                        16384: 60), bf16, --check: the median and
-#                                                        the samples' quantiles
+#                                                        the samples' 10th and 90th percentiles
 #   docs/experiments/issue6_runs.sh probe-tokens BUILD A 50b: an oracle (BUILD, branch
 #                                                        probe-tokens-512: the swapped tiles of up
 #                                                        to 64 tokens copy no token rows) against
@@ -76,7 +76,7 @@ ab() {  # NAME BUILD_A BUILD_B BENCH ARGS...: scripts/ab_bench, 2 rounds, its lo
   grep -ho "check: [A-Z]*" "$out/$name"/ab-*.log | sort | uniq -c
   tar czf "$out/$name-logs.tgz" -C "$out" "$name" && rm -r "${out:?}/$name"
 }
-summary() {  # JSON files: one line a T
+summary() {  # JSON files: one line a T (the median, the samples' 10th and 90th percentiles)
   python3 - "$@" <<'PY'
 import json, os, sys
 for path in sys.argv[1:]:
@@ -92,11 +92,14 @@ for path in sys.argv[1:]:
         return r["ms_median"] / (max(r["flops"] / ceil["gemm_flops_per_s"], r["bytes"] / hbm) * 1e3)
     for r in d["results"]:
         p, c = r.get("power") or {}, r.get("check") or {}
+        s = sorted(r["ms_samples"])
+        q = lambda f: s[min(len(s) - 1, int(f * len(s)))]
         print(f"{os.path.basename(path)} {d['model']['dtype']} T={r['tokens']:6d} "
               f"x_const={r.get('time_over_constant_floor') or 0:.3f} "
               f"x_floor_random_burst={over(ceil.get('hbm_read_random_bytes_per_s')):.3f} "
               f"x_floor_random_steady={over(power.get('hbm_read_random_steady_bytes_per_s')):.3f} "
-              f"ms={r['ms_median']:.4f} graph={r['graph_ms_median']:.4f} "
+              f"ms={r['ms_median']:.4f} n={len(s)} q10={q(.1):.4f} q90={q(.9):.4f} "
+              f"graph={r['graph_ms_median']:.4f} "
               f"x_floor={r['time_over_floor']:.3f} W={p.get('watts') or 0:.0f} "
               f"MHz={p.get('sm_mhz') or 0:.0f} capped={p.get('power_capped') or 0:.2f} "
               f"x_power_floor={p.get('time_over_power_floor') or 0:.2f} "
@@ -219,24 +222,7 @@ PY
       --iters 200
     bench ds16k --preset deepseek-v3 --dtype bf16 --check --no-launch-timing --tokens 16384 \
       --iters 60
-    python3 - "$out" <<'PY'
-import json, os, sys
-for name in ("gm2048", "ds16k"):
-    try:
-        d = json.load(open(os.path.join(sys.argv[1], name + ".json")))
-    except (OSError, ValueError) as e:
-        print(name, "not read:", e)
-        continue
-    for r in d["results"]:
-        s = sorted(r["ms_samples"])
-        q = lambda f: s[min(len(s) - 1, int(f * len(s)))]
-        p, c = r.get("power") or {}, r.get("check") or {}
-        print(f"{name} T={r['tokens']} n={len(s)} median={r['ms_median']:.4f} "
-              f"x_floor={r['time_over_floor']:.3f} q10={q(.1):.4f} q25={q(.25):.4f} "
-              f"q75={q(.75):.4f} q90={q(.9):.4f} W={p.get('watts') or 0:.0f} "
-              f"MHz={p.get('sm_mhz') or 0:.0f} capped={p.get('power_capped') or 0:.2f} "
-              f"check={c.get('pass')}")
-PY
+    summary "$out/gm2048.json" "$out/ds16k.json"
     ;;
   *) echo "unknown mode $mode" >&2; exit 2 ;;
 esac

@@ -27,8 +27,10 @@ TensorMap tensor_map_2d(DType dtype, const void* base, std::uint64_t rows, std::
       // row's next K tile with it, which the same block's next stage reads ~1 us later. In the
       // swapped kernels' ring it streams 1.0-1.3% faster than the 128-byte promotion on an H200
       // (docs/PERF.md 51a), and end to end it took 2-3% off DeepSeek-V3 T = 512, 1024 and 4096
-      // on an H100, the prefill unchanged (51b). (In the kernels of version 14 the promoted lines
-      // crossed the L2 partition fabric and the 128-byte promotion was faster, 14d.)
+      // on an H100 (51b) and 1-2.5% on an H200 (52a), the prefill unchanged; the non-swapped
+      // kernel's maps (gpumode T = 8192) ran as fast with 128 bytes as with 256 (52a). (In the
+      // kernels of version 14 the promoted lines crossed the L2 partition fabric and the 128-byte
+      // promotion was faster, 14d.)
       CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
       CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (result != CUDA_SUCCESS) {
