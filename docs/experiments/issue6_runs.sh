@@ -49,13 +49,21 @@
 #                                                        forwards (gpumode 2048: 200, DeepSeek-V3
 #                                                        16384: 60), bf16, --check: the median and
 #                                                        the samples' 10th and 90th percentiles
+#   docs/experiments/issue6_runs.sh pairs BUILD [bench]  53a: the swapped tiles in CTA pairs (c2):
+#                                                        the swapped and TMA tiles' GPU case on
+#                                                        BUILD (not with `bench`), then each c2
+#                                                        tile pinned (--check)
+#                                                        in turns with the same tile single
+#                                                        (--compare-tile) at gpumode 2048 (144)
+#                                                        and DeepSeek-V3 8192 (144) and 16384
+#                                                        (160), bf16
 #   docs/experiments/issue6_runs.sh probe-tokens BUILD A 50b: an oracle (BUILD, branch
 #                                                        probe-tokens-512: the swapped tiles of up
 #                                                        to 64 tokens copy no token rows) against
 #                                                        A at DeepSeek-V3 bf16 T = 512 and 1024,
 #                                                        with the power readings, no --check
 set -u
-mode=${1:?table, second-t, suite, decode-energy, t512, spread, spread-gm, release, promotion, edge or probe-tokens}
+mode=${1:?table, second-t, suite, decode-energy, t512, spread, spread-gm, release, promotion, edge, pairs or probe-tokens}
 build=${2:?a build directory}
 out=${OUT:-.}
 export RT_MOE_CACHE_DIR=$PWD/$build/kcache
@@ -127,6 +135,23 @@ case "$mode" in
     kill "$monitor"
     summary "$out"/f1.json "$out"/f2.json "$out"/c1.json "$out"/b1.json
     grep -h 'counters at' "$out/bench.log"
+    ;;
+  pairs)
+    if [[ "${3:-}" != bench ]]; then  # `pairs BUILD bench`: the timings only
+      start=$SECONDS
+      timeout 300 stdbuf -oL -eL "$build/tests/rt_moe_gpu_tests" --durations yes \
+        "every TMA warp-specialized tile matches the reference*" > "$out/tiles.log" 2>&1
+      echo "tiles case rc=$? $((SECONDS - start)) s"
+      tail -3 "$out/tiles.log"
+    fi
+    for run in "gm 2048 gpumode-moe 144" "ds8192 8192 deepseek-v3 144" \
+      "ds16384 16384 deepseek-v3 160"; do
+      read -r name tokens preset rows <<< "$run"
+      bench "$name" --preset "$preset" --tokens "$tokens" --check --no-launch-timing \
+        --tile "sm90swap ${rows}x256x64 s4 c2" --compare-tile "sm90swap ${rows}x256x64 s4"
+    done
+    grep -h "x the main runtime" "$out/bench.log"
+    summary "$out/gm.json" "$out/ds8192.json" "$out/ds16384.json"
     ;;
   suite)
     seconds=${3:?a time limit in seconds}

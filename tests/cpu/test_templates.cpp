@@ -240,9 +240,12 @@ TEST_CASE("every sm_90a tuner candidate of the wgmma paths compiles (gpumode sha
          {std::pair{c, GemmStage::kGateUp}, {c, GemmStage::kDown}, {y32, GemmStage::kDown}}) {
       const KernelSpec spec = gemm_spec(config, stage, tile);
       INFO(spec.name());
-      const std::string cubin = compile_for_sm90a(spec);
-      CHECK(is_elf(cubin));
-      CHECK(no_local_memory(cubin));
+      const nvrtc::Result compiled = compile_result_for_sm90a(spec);
+      CHECK(is_elf(compiled.cubin));
+      CHECK(no_local_memory(compiled.cubin));
+      // ptxas serialized no wgmma and injected no wait for MMAs in flight, in any candidate.
+      INFO(compiled.log);
+      CHECK(nvrtc::wgmma_stalls(compiled.log).empty());
       // The warp-specialized kernels need a register cap at entry for setmaxnreg.
       CHECK((spec.source().find("__launch_bounds__(RtMoeKernel::kThreads, 1)") !=
              std::string::npos) == tile.ws);
