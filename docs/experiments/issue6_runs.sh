@@ -84,6 +84,15 @@ ab() {  # NAME BUILD_A BUILD_B BENCH ARGS...: scripts/ab_bench, 2 rounds, its lo
   grep -ho "check: [A-Z]*" "$out/$name"/ab-*.log | sort | uniq -c
   tar czf "$out/$name-logs.tgz" -C "$out" "$name" && rm -r "${out:?}/$name"
 }
+gpu_tests() {  # NAME SECONDS [TEST SPEC]: the GPU tests of BUILD (all, or those the spec names)
+  local name=$1 seconds=$2 start=$SECONDS
+  shift 2
+  timeout "$seconds" stdbuf -oL -eL "$build/tests/rt_moe_gpu_tests" --durations yes "$@" \
+    > "$out/$name.log" 2>&1
+  echo "$name rc=$? $((SECONDS - start)) s"
+  tail -3 "$out/$name.log"
+}
+tiles_case="every TMA warp-specialized tile matches the reference*"
 summary() {  # JSON files: one line a T (the median, the samples' 10th and 90th percentiles)
   python3 - "$@" <<'PY'
 import json, os, sys
@@ -137,13 +146,8 @@ case "$mode" in
     grep -h 'counters at' "$out/bench.log"
     ;;
   pairs)
-    if [[ "${3:-}" != bench ]]; then  # `pairs BUILD bench`: the timings only
-      start=$SECONDS
-      timeout 300 stdbuf -oL -eL "$build/tests/rt_moe_gpu_tests" --durations yes \
-        "every TMA warp-specialized tile matches the reference*" > "$out/tiles.log" 2>&1
-      echo "tiles case rc=$? $((SECONDS - start)) s"
-      tail -3 "$out/tiles.log"
-    fi
+    # `pairs BUILD bench`: the timings only
+    [[ "${3:-}" == bench ]] || gpu_tests tiles 300 "$tiles_case"
     for run in "gm 2048 gpumode-moe 144" "ds8192 8192 deepseek-v3 144" \
       "ds16384 16384 deepseek-v3 160"; do
       read -r name tokens preset rows <<< "$run"
@@ -155,10 +159,7 @@ case "$mode" in
     ;;
   suite)
     seconds=${3:?a time limit in seconds}
-    timeout "$seconds" stdbuf -oL -eL "$build/tests/rt_moe_gpu_tests" --durations yes \
-      > "$out/suite.log" 2>&1
-    echo "suite rc=$?"
-    tail -3 "$out/suite.log"
+    gpu_tests suite "$seconds"
     ;;
   decode-energy)
     # Each tile twice, in two orders, each its own process (the power table is the main
@@ -197,10 +198,7 @@ PY
     ;;
   spread)
     a=${3:?build A: main kernels}
-    timeout 260 stdbuf -oL -eL "$build/tests/rt_moe_gpu_tests" --durations yes \
-      "every TMA warp-specialized tile matches the reference*" > "$out/cases.log" 2>&1
-    echo "cases rc=$?"
-    tail -3 "$out/cases.log"
+    gpu_tests cases 260 "$tiles_case"
     ab ab "$a" "$build" --preset deepseek-v3 --dtype bf16 --check --no-power \
       --tokens 512,1024,4096
     ;;
@@ -220,10 +218,7 @@ PY
     # The GPU case only where BUILD ran faster at T = 512 (B / A under 0.995): a candidate to land.
     ratio=$(awk '$1 == 512 && NF >= 4 {print $NF}' "$out/ab.log" | tail -1)
     if awk -v r="${ratio:-1}" 'BEGIN {exit !(r < 0.995)}'; then
-      timeout 200 stdbuf -oL -eL "$build/tests/rt_moe_gpu_tests" --durations yes \
-        "every TMA warp-specialized tile matches the reference*" > "$out/cases.log" 2>&1
-      echo "cases rc=$?"
-      tail -3 "$out/cases.log"
+      gpu_tests cases 200 "$tiles_case"
     else
       echo "T = 512 B / A ${ratio:-unread}: no GPU case"
     fi

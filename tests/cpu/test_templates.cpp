@@ -37,6 +37,16 @@ bool no_local_memory(const std::string& cubin) {
   return resources->registers > 0 && !resources->uses_local_memory();
 }
 
+// Compiles `spec` for sm_90a and checks its cubin: an ELF, kept out of local memory, and no wgmma
+// that ptxas serialized or made wait for MMAs in flight (the compile log goes with a failure).
+void check_sm90a_kernel(const KernelSpec& spec) {
+  const nvrtc::Result compiled = compile_result_for_sm90a(spec);
+  CHECK(is_elf(compiled.cubin));
+  CHECK(no_local_memory(compiled.cubin));
+  INFO(compiled.log);
+  CHECK(nvrtc::wgmma_stalls(compiled.log).empty());
+}
+
 }  // namespace
 
 TEST_CASE("a cubin's registers and local memory are read from its .nv.info", "[nvrtc]") {
@@ -144,11 +154,7 @@ TEST_CASE("every kernel template compiles for sm_90a (DeepSeek-V3 shape, all til
                 (has_y && y == YDType::kF16));
           // fp32 y is each template's default: its instances are spelled without Y.
           CHECK(spec.name().find("float") == std::string::npos);
-          const nvrtc::Result compiled = compile_result_for_sm90a(spec);
-          CHECK(is_elf(compiled.cubin));
-          CHECK(no_local_memory(compiled.cubin));
-          // ptxas serialized no wgmma and injected no wait for MMAs in flight.
-          CHECK(nvrtc::wgmma_stalls(compiled.log).empty());
+          check_sm90a_kernel(spec);
         }
       }
     }
@@ -240,12 +246,7 @@ TEST_CASE("every sm_90a tuner candidate of the wgmma paths compiles (gpumode sha
          {std::pair{c, GemmStage::kGateUp}, {c, GemmStage::kDown}, {y32, GemmStage::kDown}}) {
       const KernelSpec spec = gemm_spec(config, stage, tile);
       INFO(spec.name());
-      const nvrtc::Result compiled = compile_result_for_sm90a(spec);
-      CHECK(is_elf(compiled.cubin));
-      CHECK(no_local_memory(compiled.cubin));
-      // ptxas serialized no wgmma and injected no wait for MMAs in flight, in any candidate.
-      INFO(compiled.log);
-      CHECK(nvrtc::wgmma_stalls(compiled.log).empty());
+      check_sm90a_kernel(spec);
       // The warp-specialized kernels need a register cap at entry for setmaxnreg.
       CHECK((spec.source().find("__launch_bounds__(RtMoeKernel::kThreads, 1)") !=
              std::string::npos) == tile.ws);
