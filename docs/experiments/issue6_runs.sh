@@ -57,7 +57,7 @@
 #                                                        (--compare-tile) at gpumode 2048 (144)
 #                                                        and DeepSeek-V3 8192 (144) and 16384
 #                                                        (160), bf16
-#   (persist, trace, persist-y32 and stagger run a build of main with
+#   (persist, trace, persist-y32, stagger and spread-decode run a build of main with
 #   docs/experiments/decode_persist.patch applied, branch decode-persist.)
 #   docs/experiments/issue6_runs.sh persist BUILD [bench] 54a: the fused decode kernel's persistent
 #                                                        blocks (pt): the fused tiles' GPU case
@@ -80,13 +80,19 @@
 #                                                        at DeepSeek-V3 and gpumode T = 1, then
 #                                                        both in turns with the default (sp2) at
 #                                                        T = 1 and 8, bf16, --check
+#   docs/experiments/issue6_runs.sh spread-decode BUILD  54f: the first wave's tickets alternating
+#                                                        shared and routed gate/up items (sp2 sw):
+#                                                        the fused tiles' GPU case, the items
+#                                                        traced at T = 1, then in turns with the
+#                                                        default at DeepSeek-V3 and gpumode T = 1
+#                                                        and 8, bf16, --check
 #   docs/experiments/issue6_runs.sh probe-tokens BUILD A 50b: an oracle (BUILD, branch
 #                                                        probe-tokens-512: the swapped tiles of up
 #                                                        to 64 tokens copy no token rows) against
 #                                                        A at DeepSeek-V3 bf16 T = 512 and 1024,
 #                                                        with the power readings, no --check
 set -u
-mode=${1:?table, second-t, suite, decode-energy, t512, spread, spread-gm, release, promotion, edge, pairs, persist, persist-y32, trace, stagger or probe-tokens}
+mode=${1:?table, second-t, suite, decode-energy, t512, spread, spread-gm, release, promotion, edge, pairs, persist, persist-y32, trace, stagger, spread-decode or probe-tokens}
 build=${2:?a build directory}
 out=${OUT:-.}
 export RT_MOE_CACHE_DIR=$PWD/$build/kcache
@@ -218,6 +224,25 @@ case "$mode" in
       bench "$preset" --preset "$preset" --dtype bf16 --tokens 1,8,1,8 --check \
         --no-launch-timing --iters 40 --compare-tile "fused 16x64x64 w1x4 s8 sdl sp4" \
         --compare-tile "fused 16x64x64 w1x4 s8 sdl sp4s"
+    done
+    grep -h "x the main runtime" "$out/bench.log" | sed 's/: bucket.*router [^:]*:/:/'
+    summary "$out/deepseek-v3.json" "$out/gpumode-moe.json"
+    ;;
+  spread-decode)
+    gpu_tests fused 400 "every fused decode tile matches*"
+    for run in "deepseek-v3 8" "gpumode-moe 4"; do
+      read -r preset k <<< "$run"
+      RT_MOE_DECODE_TRACE=$out/$preset timeout 200 "$build/tools/rt_moe_bench" \
+        --no-compile-timing --no-power --no-launch-timing --preset "$preset" --dtype bf16 \
+        --tokens 1 --iters 5 --warmup 2 --compare-tile "fused 16x64x64 w1x4 s8 sdl sp2 sw" \
+        >> "$out/trace.log" 2>&1
+      echo "$preset trace rc=$?"
+      for file in "$out/$preset"-1-*; do
+        python3 docs/experiments/decode_trace.py "$file" 7168 2048 1 "$k" 2 1 64 |
+          grep -v '^    [0-9]*:[0-9]*('
+      done
+      bench "$preset" --preset "$preset" --dtype bf16 --tokens 1,8,1,8 --check \
+        --no-launch-timing --iters 40 --compare-tile "fused 16x64x64 w1x4 s8 sdl sp2 sw"
     done
     grep -h "x the main runtime" "$out/bench.log" | sed 's/: bucket.*router [^:]*:/:/'
     summary "$out/deepseek-v3.json" "$out/gpumode-moe.json"
