@@ -122,6 +122,23 @@ gpu_tests() {  # NAME SECONDS [TEST SPEC]: the GPU tests of BUILD (all, or those
   tail -3 "$out/$name.log"
 }
 tiles_case="every TMA warp-specialized tile matches the reference*"
+decode_trace() {  # PRESET K TILE...: one bench process at T = 1 with RT_MOE_DECODE_TRACE (the
+  # patch's), each TILE pinned beside the default; decode_trace.py's summary of every plan's trace
+  local preset=$1 k=$2 file parts tile
+  shift 2
+  local pins=()
+  for tile in "$@"; do pins+=(--compare-tile "$tile"); done
+  RT_MOE_DECODE_TRACE=$out/$preset timeout 200 "$build/tools/rt_moe_bench" --no-compile-timing \
+    --no-power --no-launch-timing --preset "$preset" --dtype bf16 --tokens 1 --iters 5 \
+    --warmup 2 "${pins[@]}" >> "$out/trace.log" 2>&1
+  echo "$preset trace rc=$?"
+  for file in "$out/$preset"-1-*; do
+    parts=2
+    [[ $file == *sp4* ]] && parts=4
+    python3 docs/experiments/decode_trace.py "$file" 7168 2048 1 "$k" "$parts" 1 64 |
+      grep -v '^    [0-9]*:[0-9]*('
+  done
+}
 summary() {  # JSON files: one line a T (the median, the samples' 10th and 90th percentiles)
   python3 - "$@" <<'PY'
 import json, os, sys
@@ -210,17 +227,8 @@ case "$mode" in
     gpu_tests fused 400 "every fused decode tile matches*"
     for run in "deepseek-v3 8" "gpumode-moe 4"; do
       read -r preset k <<< "$run"
-      RT_MOE_DECODE_TRACE=$out/$preset timeout 200 "$build/tools/rt_moe_bench" \
-        --no-compile-timing --no-power --no-launch-timing --preset "$preset" --dtype bf16 \
-        --tokens 1 --iters 5 --warmup 2 --compare-tile "fused 16x64x64 w1x4 s8 sdl sp4" \
-        --compare-tile "fused 16x64x64 w1x4 s8 sdl sp4s" >> "$out/trace.log" 2>&1
-      echo "$preset trace rc=$?"
-      for file in "$out/$preset"-1-*; do
-        parts=2
-        [[ $file == *sp4* ]] && parts=4
-        python3 docs/experiments/decode_trace.py "$file" 7168 2048 1 "$k" "$parts" 1 64 |
-          grep -v '^    [0-9]*:[0-9]*('
-      done
+      decode_trace "$preset" "$k" "fused 16x64x64 w1x4 s8 sdl sp4" \
+        "fused 16x64x64 w1x4 s8 sdl sp4s"
       bench "$preset" --preset "$preset" --dtype bf16 --tokens 1,8,1,8 --check \
         --no-launch-timing --iters 40 --compare-tile "fused 16x64x64 w1x4 s8 sdl sp4" \
         --compare-tile "fused 16x64x64 w1x4 s8 sdl sp4s"
@@ -232,15 +240,7 @@ case "$mode" in
     gpu_tests fused 400 "every fused decode tile matches*"
     for run in "deepseek-v3 8" "gpumode-moe 4"; do
       read -r preset k <<< "$run"
-      RT_MOE_DECODE_TRACE=$out/$preset timeout 200 "$build/tools/rt_moe_bench" \
-        --no-compile-timing --no-power --no-launch-timing --preset "$preset" --dtype bf16 \
-        --tokens 1 --iters 5 --warmup 2 --compare-tile "fused 16x64x64 w1x4 s8 sdl sp2 sw" \
-        >> "$out/trace.log" 2>&1
-      echo "$preset trace rc=$?"
-      for file in "$out/$preset"-1-*; do
-        python3 docs/experiments/decode_trace.py "$file" 7168 2048 1 "$k" 2 1 64 |
-          grep -v '^    [0-9]*:[0-9]*('
-      done
+      decode_trace "$preset" "$k" "fused 16x64x64 w1x4 s8 sdl sp2 sw"
       bench "$preset" --preset "$preset" --dtype bf16 --tokens 1,8,1,8 --check \
         --no-launch-timing --iters 40 --compare-tile "fused 16x64x64 w1x4 s8 sdl sp2 sw"
     done
@@ -248,17 +248,8 @@ case "$mode" in
     summary "$out/deepseek-v3.json" "$out/gpumode-moe.json"
     ;;
   trace)
-    for run in "deepseek-v3 8" "gpumode-moe 4"; do
-      read -r preset k <<< "$run"
-      RT_MOE_DECODE_TRACE=$out/$preset timeout 200 "$build/tools/rt_moe_bench" \
-        --no-compile-timing --no-power --no-launch-timing --preset "$preset" --dtype bf16 \
-        --tokens 1 --iters 5 --warmup 2 --compare-tile "fused 16x64x64 w1x4 s8 sdl sp2 pt" \
-        >> "$out/trace.log" 2>&1
-      echo "$preset rc=$?"
-      for file in "$out/$preset"-1-*; do
-        python3 docs/experiments/decode_trace.py "$file" 7168 2048 1 "$k" 2 1 64
-      done
-    done
+    decode_trace deepseek-v3 8 "fused 16x64x64 w1x4 s8 sdl sp2 pt"
+    decode_trace gpumode-moe 4 "fused 16x64x64 w1x4 s8 sdl sp2 pt"
     ;;
   suite)
     seconds=${3:?a time limit in seconds}

@@ -32,6 +32,7 @@
 #include "read_sink.h"
 #include "steady_power.h"
 #include "tile_loader.cuh"  // the kernels' swizzle, cp.async, ldmatrix and mma.sync wrappers
+#include "decode_stage.h"
 
 using namespace rt_moe;
 
@@ -98,24 +99,14 @@ __global__ void __launch_bounds__(kThreads)
       if (s + kStages - 1 < kSteps) load(s + kStages - 1);
       cp_async_commit();
       if (USE == kMma) {
-        const unsigned a_st = base + (s % kStages) * (kStageA + kStageB), b_st = a_st + kStageA;
-#pragma unroll
-        for (int ks = 0; ks < 4; ++ks) {
-          unsigned a[4], b[4];
-          ldmatrix_x4(a, a_st + swizzle_128b(lane % 16, ks * 2 + lane / 16));
-          const int row = warp * 16 + (lane / 16) * 8 + lane % 8;
-          ldmatrix_x4(b, b_st + swizzle_128b(row, ks * 2 + (lane / 8) % 2));
-          DTypeOps<BF16>::mma(acc[0], a, {b[0], b[1]});
-          DTypeOps<BF16>::mma(acc[1], a, {b[2], b[3]});
-        }
+        const unsigned a_st = base + (s % kStages) * (kStageA + kStageB);
+        decode_stage_mma(acc, a_st, a_st + kStageA, lane, warp);
       }
     }
     cp_async_wait<0>();
     __syncthreads();
   }
-  int4 v{__float_as_int(acc[0][0] + acc[1][1]), __float_as_int(acc[0][2]),
-         __float_as_int(acc[1][0]), __float_as_int(acc[1][3])};
-  sink(v, out);
+  decode_stage_sink(acc, out);
 }
 
 // The same tiles and patterns read into registers: 8 stages' loads in flight a thread (32
