@@ -20,9 +20,9 @@
 #include <vector>
 
 #include "cuda_check.h"
+#include "decode_stage.h"
 #include "read_sink.h"
 #include "tile_loader.cuh"
-#include "decode_stage.h"
 
 using namespace rt_moe;
 
@@ -70,21 +70,10 @@ __global__ void __launch_bounds__(kThreads) ring(const char* w, const char* x, i
                     chunk_src<PATTERN>(region, s, idx), true);
       }
     };
-#pragma unroll
-    for (int s = 0; s < kStages - 1; ++s) {
-      load(s);
-      cp_async_commit();
-    }
-    for (int s = 0; s < kSteps; ++s) {
-      cp_async_wait<kStages - 2>();
-      __syncthreads();
-      if (s + kStages - 1 < kSteps) load(s + kStages - 1);
-      cp_async_commit();
+    decode_ring<kStages>(kSteps, load, [&](int s) {
       const unsigned a_st = base + (s % kStages) * (kStageA + kStageB);
       decode_stage_mma(acc, a_st, a_st + kStageA, lane, warp);
-    }
-    cp_async_wait<0>();
-    __syncthreads();
+    });
   }
   decode_stage_sink(acc, out);
 }

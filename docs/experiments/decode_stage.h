@@ -1,9 +1,32 @@
-// The fused decode tile's work on one stage of its ring (16x64x64 w1x4: grouped_gemm_sm80.cuh's
+// The fused decode tile's ring and its work on one stage (16x64x64 w1x4: grouped_gemm_sm80.cuh's
 // 16-row tile), for the stream microbenchmarks of this directory (stripe_energy.cu,
-// block_rate.cu): 4 K steps of ldmatrix.x4 of the x tile and of the warp's 16 weight rows, and 2
-// mma.sync m16n8k16 a step; and the accumulators folded into the sink, so that none is dead code.
-// Include after tile_loader.cuh and read_sink.h.
+// block_rate.cu): the cp.async ring's loop as the tile runs it; 4 K steps of ldmatrix.x4 of the x
+// tile and of the warp's 16 weight rows, and 2 mma.sync m16n8k16 a step; and the accumulators
+// folded into the sink, so that none is dead code. Build with -Ikernel_templates.
 #pragma once
+
+#include "read_sink.h"
+#include "tile_loader.cuh"  // the kernels' swizzle, cp.async, ldmatrix and mma.sync wrappers
+
+// `steps` stages through a ring of STAGES: load(s) issues stage s's copies, use(s) runs in every
+// thread once stage s has landed; STAGES - 1 stages in flight, as the tile keeps them.
+template <int STAGES, typename Load, typename Use>
+__device__ __forceinline__ void decode_ring(int steps, Load load, Use use) {
+#pragma unroll
+  for (int s = 0; s < STAGES - 1; ++s) {
+    load(s);
+    rt_moe::cp_async_commit();
+  }
+  for (int s = 0; s < steps; ++s) {
+    rt_moe::cp_async_wait<STAGES - 2>();
+    __syncthreads();
+    if (s + STAGES - 1 < steps) load(s + STAGES - 1);
+    rt_moe::cp_async_commit();
+    use(s);
+  }
+  rt_moe::cp_async_wait<0>();
+  __syncthreads();
+}
 
 __device__ __forceinline__ void decode_stage_mma(float (&acc)[2][4], unsigned a_st, unsigned b_st,
                                                  int lane, int warp) {

@@ -28,11 +28,11 @@
 
 #include "bench.cuh"  // FillBits, the HBM ceiling's random fill
 #include "cuda_check.h"
+#include "decode_stage.h"
 #include "power.h"
 #include "read_sink.h"
 #include "steady_power.h"
 #include "tile_loader.cuh"  // the kernels' swizzle, cp.async, ldmatrix and mma.sync wrappers
-#include "decode_stage.h"
 
 using namespace rt_moe;
 
@@ -88,23 +88,12 @@ __global__ void __launch_bounds__(kThreads)
                     chunk_src<PATTERN>(w, tile, s, idx), true);
       }
     };
-#pragma unroll
-    for (int s = 0; s < kStages - 1; ++s) {
-      load(s);
-      cp_async_commit();
-    }
-    for (int s = 0; s < kSteps; ++s) {
-      cp_async_wait<kStages - 2>();
-      __syncthreads();
-      if (s + kStages - 1 < kSteps) load(s + kStages - 1);
-      cp_async_commit();
+    decode_ring<kStages>(kSteps, load, [&](int s) {
       if (USE == kMma) {
         const unsigned a_st = base + (s % kStages) * (kStageA + kStageB);
         decode_stage_mma(acc, a_st, a_st + kStageA, lane, warp);
       }
-    }
-    cp_async_wait<0>();
-    __syncthreads();
+    });
   }
   decode_stage_sink(acc, out);
 }
