@@ -37,7 +37,7 @@ def main():
     n = len(items)
     # The routed row blocks R: n = shared_gu + R gu_cols + S down_cols + R down_cols dp.
     R = (n - shared_gu - S * down_cols) // (gu_cols + down_cols * dp)
-    bounds = [("shared gate/up", shared_gu, 2 * bn // 2 * H * 2 // sp),
+    bounds = [("shared gate/up", shared_gu, bn * H * 2 // sp),
               ("routed gate/up", R * gu_cols, bn * H * 2),
               ("shared down", S * down_cols, bn * I * 2),
               ("routed down", R * down_cols * dp, bn * I * 2 // dp)]

@@ -139,6 +139,21 @@ decode_trace() {  # PRESET K TILE...: one bench process at T = 1 with RT_MOE_DEC
       grep -v '^    [0-9]*:[0-9]*('
   done
 }
+decode_variants() {  # TILE...: the fused tiles' GPU case, then at DeepSeek-V3 and gpumode each
+  # TILE traced at T = 1 (decode_trace) and timed in turns with the default at T = 1 and 8
+  local run preset k tile
+  local pins=()
+  for tile in "$@"; do pins+=(--compare-tile "$tile"); done
+  gpu_tests fused 400 "every fused decode tile matches*"
+  for run in "deepseek-v3 8" "gpumode-moe 4"; do
+    read -r preset k <<< "$run"
+    decode_trace "$preset" "$k" "$@"
+    bench "$preset" --preset "$preset" --dtype bf16 --tokens 1,8,1,8 --check \
+      --no-launch-timing --iters 40 "${pins[@]}"
+  done
+  grep -h "x the main runtime" "$out/bench.log" | sed 's/: bucket.*router [^:]*:/:/'
+  summary "$out/deepseek-v3.json" "$out/gpumode-moe.json"
+}
 summary() {  # JSON files: one line a T (the median, the samples' 10th and 90th percentiles)
   python3 - "$@" <<'PY'
 import json, os, sys
@@ -224,28 +239,10 @@ case "$mode" in
     summary "$out/y32-deepseek-v3.json" "$out/y32-gpumode-moe.json"
     ;;
   stagger)
-    gpu_tests fused 400 "every fused decode tile matches*"
-    for run in "deepseek-v3 8" "gpumode-moe 4"; do
-      read -r preset k <<< "$run"
-      decode_trace "$preset" "$k" "fused 16x64x64 w1x4 s8 sdl sp4" \
-        "fused 16x64x64 w1x4 s8 sdl sp4s"
-      bench "$preset" --preset "$preset" --dtype bf16 --tokens 1,8,1,8 --check \
-        --no-launch-timing --iters 40 --compare-tile "fused 16x64x64 w1x4 s8 sdl sp4" \
-        --compare-tile "fused 16x64x64 w1x4 s8 sdl sp4s"
-    done
-    grep -h "x the main runtime" "$out/bench.log" | sed 's/: bucket.*router [^:]*:/:/'
-    summary "$out/deepseek-v3.json" "$out/gpumode-moe.json"
+    decode_variants "fused 16x64x64 w1x4 s8 sdl sp4" "fused 16x64x64 w1x4 s8 sdl sp4s"
     ;;
   spread-decode)
-    gpu_tests fused 400 "every fused decode tile matches*"
-    for run in "deepseek-v3 8" "gpumode-moe 4"; do
-      read -r preset k <<< "$run"
-      decode_trace "$preset" "$k" "fused 16x64x64 w1x4 s8 sdl sp2 sw"
-      bench "$preset" --preset "$preset" --dtype bf16 --tokens 1,8,1,8 --check \
-        --no-launch-timing --iters 40 --compare-tile "fused 16x64x64 w1x4 s8 sdl sp2 sw"
-    done
-    grep -h "x the main runtime" "$out/bench.log" | sed 's/: bucket.*router [^:]*:/:/'
-    summary "$out/deepseek-v3.json" "$out/gpumode-moe.json"
+    decode_variants "fused 16x64x64 w1x4 s8 sdl sp2 sw"
     ;;
   trace)
     decode_trace deepseek-v3 8 "fused 16x64x64 w1x4 s8 sdl sp2 pt"
