@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """Summarizes a fused decode kernel trace (RT_MOE_DECODE_TRACE of decode_persist.patch, PERF.md 54).
 
-    decode_trace.py FILE H I S K [SHARED_PARTS] [DOWN_PARTS] [BLOCK_N]
+    decode_trace.py FILE H I S K [SHARED_PARTS] [DOWN_PARTS] [BLOCK_N] [WORDS]
 
-FILE holds six little-endian u64 a ticket: block << 32 | SM, start, end of the down item's wait
-(0 for gate/up), end, and when the item's K loop issued its step tiles / 2 and 3 tiles / 4 (ns,
+FILE holds WORDS little-endian u64 a ticket (6, the default; 20 with tail_help.patch, PERF.md 55,
+whose first six are the same): block << 32 | SM, start, end of the down item's wait (0 for
+gate/up), end, and when the item's K loop issued its step tiles / 2 and 3 tiles / 4 (ns,
 %globaltimer). The other arguments give the ticket order's groups
 (grouped_gemm_decode.cuh, shared down last): the shared expert's gate/up items, the routed
 gate/up items, the shared down items, the routed down items; their bytes of weights.
@@ -20,11 +21,12 @@ def main():
     sp = int(sys.argv[6]) if len(sys.argv) > 6 else 2
     dp = int(sys.argv[7]) if len(sys.argv) > 7 else 1
     bn = int(sys.argv[8]) if len(sys.argv) > 8 else 64
+    nw = int(sys.argv[9]) if len(sys.argv) > 9 else 6
     data = open(path, "rb").read()
     words = struct.unpack(f"<{len(data) // 8}Q", data)
     items = []
-    for t in range(len(words) // 6):
-        w = words[6 * t:6 * t + 6]
+    for t in range(len(words) // nw):
+        w = words[nw * t:nw * t + 6]
         if w[1] == 0:
             continue
         items.append((t, w[0] >> 32, w[0] & 0xFFFFFFFF, w[1], w[2], w[3], w[4], w[5]))

@@ -86,16 +86,36 @@
 #                                                        traced at T = 1, then in turns with the
 #                                                        default at DeepSeek-V3 and gpumode T = 1
 #                                                        and 8, bf16, --check
+#   (tail-help, rotate, rate, meta and touch run a build of main with decode_persist.patch and
+#   then docs/experiments/tail_help.patch applied, branch tail-help; its traces take 20 words an
+#   item.)
+#   docs/experiments/issue6_runs.sh tail-help BUILD      55a: tail helpers (sp2 th132, sp2 th264):
+#                                                        the fused tiles' GPU case, the items
+#                                                        traced at T = 1, then in turns with the
+#                                                        default at DeepSeek-V3 and gpumode T = 1
+#                                                        and 8, bf16, --check
+#   docs/experiments/issue6_runs.sh rotate BUILD         55b: the same for sp2 kr (K loops rotated
+#                                                        by column block)
+#   docs/experiments/issue6_runs.sh rate BUILD           55c: the weight stream over time at T = 1
+#                                                        (decode_rate.py), the default, sp4 and
+#                                                        sdl, at DeepSeek-V3 and gpumode, bf16
+#   docs/experiments/issue6_runs.sh meta BUILD           55d: sp2 ml (the items' metadata lines
+#                                                        asked of L1 ahead): the fused tiles' GPU
+#                                                        case, its stream over time, then in turns
+#                                                        with the default at T = 1 and 8, --check
+#   docs/experiments/issue6_runs.sh touch BUILD          55e: the same for sp2 tt (the chosen
+#                                                        experts' pages touched by the routing)
 #   docs/experiments/issue6_runs.sh probe-tokens BUILD A 50b: an oracle (BUILD, branch
 #                                                        probe-tokens-512: the swapped tiles of up
 #                                                        to 64 tokens copy no token rows) against
 #                                                        A at DeepSeek-V3 bf16 T = 512 and 1024,
 #                                                        with the power readings, no --check
 set -u
-mode=${1:?table, second-t, suite, decode-energy, t512, spread, spread-gm, release, promotion, edge, pairs, persist, persist-y32, trace, stagger, spread-decode or probe-tokens}
+mode=${1:?table, second-t, suite, decode-energy, t512, spread, spread-gm, release, promotion, edge, pairs, persist, persist-y32, trace, stagger, spread-decode, tail-help, rotate, rate, meta, touch or probe-tokens}
 build=${2:?a build directory}
 out=${OUT:-.}
 export RT_MOE_CACHE_DIR=$PWD/$build/kcache
+trace_words=6  # the decode trace's words an item (decode_trace)
 bench() {  # NAME ARGS...: one bench process, its JSON at $out/NAME.json, its log appended
   local name=$1
   shift
@@ -124,6 +144,7 @@ gpu_tests() {  # NAME SECONDS [TEST SPEC]: the GPU tests of BUILD (all, or those
 tiles_case="every TMA warp-specialized tile matches the reference*"
 decode_trace() {  # PRESET K TILE...: one bench process at T = 1 with RT_MOE_DECODE_TRACE (the
   # patch's), each TILE pinned beside the default; decode_trace.py's summary of every plan's trace
+  # (words an item: $trace_words, 6 with decode_persist.patch, 20 with tail_help.patch on it)
   local preset=$1 k=$2 file parts tile
   shift 2
   local pins=()
@@ -135,8 +156,30 @@ decode_trace() {  # PRESET K TILE...: one bench process at T = 1 with RT_MOE_DEC
   for file in "$out/$preset"-1-*; do
     parts=2
     [[ $file == *sp4* ]] && parts=4
-    python3 docs/experiments/decode_trace.py "$file" 7168 2048 1 "$k" "$parts" 1 64 |
+    python3 docs/experiments/decode_trace.py "$file" 7168 2048 1 "$k" "$parts" 1 64 "$trace_words" |
       grep -v '^    [0-9]*:[0-9]*('
+  done
+}
+rate_traces() {  # TILE...: at DeepSeek-V3 and gpumode, one bench process at T = 1 with
+  # RT_MOE_DECODE_TRACE (20 words an item, tail_help.patch), each TILE pinned beside the default;
+  # decode_rate.py's stream over time and decode_trace.py's summary of every plan's trace
+  local run preset k file parts tile
+  local pins=()
+  for tile in "$@"; do pins+=(--compare-tile "$tile"); done
+  for run in "deepseek-v3 8" "gpumode-moe 4"; do
+    read -r preset k <<< "$run"
+    RT_MOE_DECODE_TRACE=$out/$preset timeout 200 "$build/tools/rt_moe_bench" --no-compile-timing \
+      --no-power --no-launch-timing --preset "$preset" --dtype bf16 --tokens 1 --iters 5 \
+      --warmup 2 "${pins[@]}" >> "$out/trace.log" 2>&1
+    echo "$preset trace rc=$?"
+    for file in "$out/$preset"-1-*; do
+      parts=2
+      [[ $file == *sp4* ]] && parts=4
+      [[ $file == *sdl ]] && parts=1
+      timeout 60 python3 docs/experiments/decode_rate.py "$file" 7168 2048 1 "$k" "$parts" 2
+      timeout 60 python3 docs/experiments/decode_trace.py "$file" 7168 2048 1 "$k" "$parts" 1 64 20 |
+        grep -v '^    [0-9]*:[0-9]*(' | head -7
+    done
   done
 }
 decode_variants() {  # TILE...: the fused tiles' GPU case, then at DeepSeek-V3 and gpumode each
@@ -243,6 +286,30 @@ case "$mode" in
     ;;
   spread-decode)
     decode_variants "fused 16x64x64 w1x4 s8 sdl sp2 sw"
+    ;;
+  tail-help)  # PERF.md 55: the tail helpers (a build of tail_help.patch)
+    trace_words=20
+    decode_variants "fused 16x64x64 w1x4 s8 sdl sp2 th132" "fused 16x64x64 w1x4 s8 sdl sp2 th264"
+    ;;
+  rotate)  # PERF.md 55: the K loops rotated by column block (a build of tail_help.patch)
+    trace_words=20
+    decode_variants "fused 16x64x64 w1x4 s8 sdl sp2 kr"
+    ;;
+  meta | touch)  # PERF.md 55 (a build of tail_help.patch): the metadata chains' lines asked
+    # of L1 ahead (ml), or the chosen experts' pages touched by the routing block (tt)
+    tile="fused 16x64x64 w1x4 s8 sdl sp2 ml"
+    [[ $mode == touch ]] && tile="fused 16x64x64 w1x4 s8 sdl sp2 tt"
+    gpu_tests fused 400 "every fused decode tile matches*"
+    rate_traces "$tile"
+    for preset in deepseek-v3 gpumode-moe; do
+      bench "$preset" --preset "$preset" --dtype bf16 --tokens 1,8,1,8 --check \
+        --no-launch-timing --iters 40 --compare-tile "$tile"
+    done
+    grep -h "x the main runtime" "$out/bench.log" | sed 's/: bucket.*router [^:]*:/:/'
+    summary "$out/deepseek-v3.json" "$out/gpumode-moe.json"
+    ;;
+  rate)  # PERF.md 55: the weight stream over time at T = 1 (20-word traces, a build of tail_help.patch)
+    rate_traces "fused 16x64x64 w1x4 s8 sdl sp4" "fused 16x64x64 w1x4 s8 sdl"
     ;;
   trace)
     decode_trace deepseek-v3 8 "fused 16x64x64 w1x4 s8 sdl sp2 pt"
