@@ -144,7 +144,8 @@ gpu_tests() {  # NAME SECONDS [TEST SPEC]: the GPU tests of BUILD (all, or those
 tiles_case="every TMA warp-specialized tile matches the reference*"
 decode_trace() {  # PRESET K TILE...: one bench process at T = 1 with RT_MOE_DECODE_TRACE (the
   # patch's), each TILE pinned beside the default; decode_trace.py's summary of every plan's trace
-  # (words an item: $trace_words, 6 with decode_persist.patch, 20 with tail_help.patch on it)
+  # (words an item: $trace_words, 6 with decode_persist.patch, 20 with tail_help.patch on it; with
+  # 20, decode_rate.py's stream over time first)
   local preset=$1 k=$2 file parts tile
   shift 2
   local pins=()
@@ -156,30 +157,21 @@ decode_trace() {  # PRESET K TILE...: one bench process at T = 1 with RT_MOE_DEC
   for file in "$out/$preset"-1-*; do
     parts=2
     [[ $file == *sp4* ]] && parts=4
-    python3 docs/experiments/decode_trace.py "$file" 7168 2048 1 "$k" "$parts" 1 64 "$trace_words" |
-      grep -v '^    [0-9]*:[0-9]*('
+    [[ $file == *sdl ]] && parts=1
+    if ((trace_words == 20)); then
+      timeout 60 python3 docs/experiments/decode_rate.py "$file" 7168 2048 1 "$k" "$parts" 2
+    fi
+    timeout 60 python3 docs/experiments/decode_trace.py "$file" 7168 2048 1 "$k" "$parts" 1 64 \
+      "$trace_words" | grep -v '^    [0-9]*:[0-9]*('
   done
 }
-rate_traces() {  # TILE...: at DeepSeek-V3 and gpumode, one bench process at T = 1 with
-  # RT_MOE_DECODE_TRACE (20 words an item, tail_help.patch), each TILE pinned beside the default;
-  # decode_rate.py's stream over time and decode_trace.py's summary of every plan's trace
-  local run preset k file parts tile
-  local pins=()
-  for tile in "$@"; do pins+=(--compare-tile "$tile"); done
+rate_traces() {  # TILE...: decode_trace of 20-word traces (tail_help.patch) at DeepSeek-V3 and
+  # gpumode
+  local run preset k
+  trace_words=20
   for run in "deepseek-v3 8" "gpumode-moe 4"; do
     read -r preset k <<< "$run"
-    RT_MOE_DECODE_TRACE=$out/$preset timeout 200 "$build/tools/rt_moe_bench" --no-compile-timing \
-      --no-power --no-launch-timing --preset "$preset" --dtype bf16 --tokens 1 --iters 5 \
-      --warmup 2 "${pins[@]}" >> "$out/trace.log" 2>&1
-    echo "$preset trace rc=$?"
-    for file in "$out/$preset"-1-*; do
-      parts=2
-      [[ $file == *sp4* ]] && parts=4
-      [[ $file == *sdl ]] && parts=1
-      timeout 60 python3 docs/experiments/decode_rate.py "$file" 7168 2048 1 "$k" "$parts" 2
-      timeout 60 python3 docs/experiments/decode_trace.py "$file" 7168 2048 1 "$k" "$parts" 1 64 20 |
-        grep -v '^    [0-9]*:[0-9]*(' | head -7
-    done
+    decode_trace "$preset" "$k" "$@"
   done
 }
 decode_variants() {  # TILE...: the fused tiles' GPU case, then at DeepSeek-V3 and gpumode each
