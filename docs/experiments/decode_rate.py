@@ -17,6 +17,8 @@ import struct
 import sys
 from collections import defaultdict
 
+from decode_trace import item_kinds
+
 STEPS = [0, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96]
 WORDS = 20
 
@@ -26,7 +28,7 @@ def main():
     H, I, S, K = (int(v) for v in sys.argv[2:6])
     sp = int(sys.argv[6]) if len(sys.argv) > 6 else 2
     bin_ns = float(sys.argv[7]) * 1e3 if len(sys.argv) > 7 else 2e3
-    bn, stage = 64, 64 * 128
+    stage = 64 * 128  # weight bytes a K step (64 rows of 128 bytes)
     data = open(path, "rb").read()
     words = struct.unpack(f"<{len(data) // 8}Q", data)
     items = [words[WORDS * t:WORDS * (t + 1)] for t in range(len(words) // WORDS)]
@@ -35,16 +37,12 @@ def main():
     # 256 ns.
     base = min(w[1] for w in items)
     items = [w[:1] + tuple(v - base if v else 0 for v in w[1:]) for w in items]
-    gu, dc = (I + bn // 2 - 1) // (bn // 2), (H + bn - 1) // bn
     n = len(items)
-    shared_gu = S * gu * sp
-    R = (n - shared_gu - S * dc) // (gu + dc)
-    groups = ([("shared gate/up", H // 64 // sp)] * shared_gu + [("routed gate/up", H // 64)] * (R * gu)
-              + [("shared down", I // 64)] * (S * dc) + [("routed down", I // 64)] * (R * dc))
+    groups = [(name, nbytes // stage) for name, nbytes in item_kinds(n, H, I, S, sp)[0]]
     if len(groups) != n:
         print(f"{path}: {n} items, groups count {len(groups)}; not read")
         return
-    t0 = min(w[1] for w in items)
+    t0 = 0
     t1 = max(w[3] for w in items)
     bins = int((t1 - t0) / bin_ns) + 1
     rate = [0.0] * bins

@@ -15,6 +15,26 @@ import sys
 from collections import defaultdict
 
 
+GROUPS = ("shared gate/up", "routed gate/up", "shared down", "routed down")  # ticket order
+
+
+def item_kinds(n, H, I, S, sp=2, dp=1, bn=64):
+    """The group and the weight bytes of each of n items in ticket order (shared down last), and
+    the routed row blocks R: the shared expert's gate/up items, the routed gate/up items, the
+    shared down items, the routed down items."""
+    gu_cols = (I + bn // 2 - 1) // (bn // 2)
+    down_cols = (H + bn - 1) // bn
+    shared_gu = S * gu_cols * sp  # one row block a shared chunk (T <= 16)
+    # n = shared_gu + R gu_cols + S down_cols + R down_cols dp.
+    R = (n - shared_gu - S * down_cols) // (gu_cols + down_cols * dp)
+    counts = (shared_gu, R * gu_cols, S * down_cols, R * down_cols * dp)
+    nbytes = (bn * H * 2 // sp, bn * H * 2, bn * I * 2, bn * I * 2 // dp)
+    kinds = []
+    for name, count, b in zip(GROUPS, counts, nbytes):
+        kinds += [(name, b)] * count
+    return kinds, R
+
+
 def main():
     path = sys.argv[1]
     H, I, S, K = (int(v) for v in sys.argv[2:6])
@@ -33,19 +53,8 @@ def main():
     if not items:
         print(path, "no items")
         return
-    gu_cols = (I + bn // 2 - 1) // (bn // 2)
-    down_cols = (H + bn - 1) // bn
-    shared_gu = S * gu_cols * sp  # one row block a shared chunk (T <= 16)
     n = len(items)
-    # The routed row blocks R: n = shared_gu + R gu_cols + S down_cols + R down_cols dp.
-    R = (n - shared_gu - S * down_cols) // (gu_cols + down_cols * dp)
-    bounds = [("shared gate/up", shared_gu, bn * H * 2 // sp),
-              ("routed gate/up", R * gu_cols, bn * H * 2),
-              ("shared down", S * down_cols, bn * I * 2),
-              ("routed down", R * down_cols * dp, bn * I * 2 // dp)]
-    kinds = []
-    for name, count, nbytes in bounds:
-        kinds += [(name, nbytes)] * count
+    kinds, R = item_kinds(n, H, I, S, sp, dp, bn)
     if len(kinds) != n:
         print(f"{path}: {n} items, the groups count {len(kinds)} (R = {R}); kinds approximate")
         kinds += [("?", 0)] * (n - len(kinds))
@@ -61,7 +70,7 @@ def main():
         name, nbytes = kinds[k]
         wait = (it[4] - it[3]) / 1e3 if it[4] else 0.0
         by_kind[name].append(((it[5] - it[3]) / 1e3, wait, us(it[3]), us(it[5])))
-    for name, _, _ in bounds:
+    for name in GROUPS:
         v = by_kind.get(name)
         if not v:
             continue
