@@ -86,7 +86,7 @@
 #                                                        traced at T = 1, then in turns with the
 #                                                        default at DeepSeek-V3 and gpumode T = 1
 #                                                        and 8, bf16, --check
-#   (tail-help, rotate, rate, meta and touch run a build of main with decode_persist.patch and
+#   (tail-help, rotate, rate, meta, touch and levers run a build of main with decode_persist.patch and
 #   then docs/experiments/tail_help.patch applied, branch tail-help; its traces take 20 words an
 #   item.)
 #   docs/experiments/issue6_runs.sh tail-help BUILD      55a: tail helpers (sp2 th132, sp2 th264):
@@ -105,13 +105,18 @@
 #                                                        with the default at T = 1 and 8, --check
 #   docs/experiments/issue6_runs.sh touch BUILD          55e: the same for sp2 tt (the chosen
 #                                                        experts' pages touched by the routing)
+#   docs/experiments/issue6_runs.sh levers BUILD [rate] 56a: every lever of 54 and 55 (sdl, sp4,
+#                                                        sp4s, sp2 sw, pt, th132, kr, ml, tt) in
+#                                                        turns with the default at DeepSeek-V3
+#                                                        and gpumode T = 1 and 8, bf16, --check;
+#                                                        with `rate`, then the rate mode's traces
 #   docs/experiments/issue6_runs.sh probe-tokens BUILD A 50b: an oracle (BUILD, branch
 #                                                        probe-tokens-512: the swapped tiles of up
 #                                                        to 64 tokens copy no token rows) against
 #                                                        A at DeepSeek-V3 bf16 T = 512 and 1024,
 #                                                        with the power readings, no --check
 set -u
-mode=${1:?table, second-t, suite, decode-energy, t512, spread, spread-gm, release, promotion, edge, pairs, persist, persist-y32, trace, stagger, spread-decode, tail-help, rotate, rate, meta, touch or probe-tokens}
+mode=${1:?table, second-t, suite, decode-energy, t512, spread, spread-gm, release, promotion, edge, pairs, persist, persist-y32, trace, stagger, spread-decode, tail-help, rotate, rate, meta, touch, levers or probe-tokens}
 build=${2:?a build directory}
 out=${OUT:-.}
 export RT_MOE_CACHE_DIR=$PWD/$build/kcache
@@ -302,6 +307,22 @@ case "$mode" in
     ;;
   rate)  # PERF.md 55: the weight stream over time at T = 1 (20-word traces, a build of tail_help.patch)
     rate_traces "fused 16x64x64 w1x4 s8 sdl sp4" "fused 16x64x64 w1x4 s8 sdl"
+    ;;
+  levers)  # PERF.md 56: every decode lever of 54 and 55 in turns with the default on one GPU (an
+    # H200: they were measured on H100s only), DeepSeek-V3 and gpumode T = 1 and 8, bf16, --check
+    # (a build of tail_help.patch); then the H200's stream over time (rate)
+    pins=()
+    for tile in sdl "sdl sp4" "sdl sp4s" "sdl sp2 sw" "sdl sp2 pt" "sdl sp2 th132" "sdl sp2 kr" \
+      "sdl sp2 ml" "sdl sp2 tt"; do
+      pins+=(--compare-tile "fused 16x64x64 w1x4 s8 $tile")
+    done
+    for preset in deepseek-v3 gpumode-moe; do
+      bench "$preset" --preset "$preset" --dtype bf16 --tokens 1,8,1,8 --check \
+        --no-launch-timing --iters 40 "${pins[@]}"
+    done
+    grep -h "x the main runtime" "$out/bench.log" | sed 's/: bucket.*router [^:]*:/:/'
+    summary "$out/deepseek-v3.json" "$out/gpumode-moe.json"
+    [[ "${3:-}" == rate ]] && rate_traces "fused 16x64x64 w1x4 s8 sdl sp4" "fused 16x64x64 w1x4 s8 sdl"
     ;;
   trace)
     decode_trace deepseek-v3 8 "fused 16x64x64 w1x4 s8 sdl sp2 pt"
