@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The fused decode kernel's weight stream over time, from a 20-word trace (PERF.md 55).
 
-    decode_rate.py FILE H I S K [SHARED_PARTS] [BIN_US]
+    decode_rate.py FILE H I S K [SHARED_PARTS] [BIN_US] [WORDS]
 
 FILE: RT_MOE_DECODE_TRACE's words of each ticket (kDecodeTraceWords = 20, params.h): block << 32
 | SM, start, end of a down item's wait, end, two legacy steps, then when the data of K step kt had
@@ -12,6 +12,11 @@ at its end; between samples the script interpolates linearly. Prints, for each b
 (default 2) microseconds from the kernel's first start: the stream in GB/s, how many items had
 landed data and were not done (streaming), and how many had started but had no data yet
 (filling); then the first data's latency (start to kt = 0) by group and phase.
+
+WORDS (default 20): 21 with PERF.md 56's trace, whose word 2 is also a routed gate/up item's end
+of its wait for the routing, and word 20 when the item's prologue loads were issued; then it also
+prints each group's chain in the kernel's first 40 us and later: start to the wait's end, to the
+prologue issued, to the first data.
 """
 import struct
 import sys
@@ -20,7 +25,6 @@ from collections import defaultdict
 from decode_trace import item_kinds
 
 STEPS = [0, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96]
-WORDS = 20
 
 
 def main():
@@ -28,6 +32,7 @@ def main():
     H, I, S, K = (int(v) for v in sys.argv[2:6])
     sp = int(sys.argv[6]) if len(sys.argv) > 6 else 2
     bin_ns = float(sys.argv[7]) * 1e3 if len(sys.argv) > 7 else 2e3
+    WORDS = int(sys.argv[8]) if len(sys.argv) > 8 else 20
     stage = 64 * 128  # weight bytes a K step (64 rows of 128 bytes)
     data = open(path, "rb").read()
     words = struct.unpack(f"<{len(data) // 8}Q", data)
@@ -49,6 +54,7 @@ def main():
     streaming = [0] * bins
     filling = [0] * bins
     first_latency = defaultdict(list)
+    chain = defaultdict(list)  # (group, phase): start to wait end, to prologue, to first data
     for (name, tiles), w in zip(groups, items):
         start, end = w[1], w[3]
         begin = w[2] if w[2] else start  # a down item's stream starts after its wait (0: none)
@@ -58,6 +64,11 @@ def main():
                 pts.append((at, (step + 1) * stage))
         pts.append((end, tiles * stage))
         first = pts[1][0] if len(pts) > 2 else end
+        if WORDS > 20 and w[20]:
+            issued = w[20]
+            chain[(name, "first 40 us" if start - t0 < 40e3 else "later")].append(
+                ((begin - start) / 1e3, (issued - begin) / 1e3, (first - issued) / 1e3,
+                 (start - t0) / 1e3))
         phase = "first 10 us" if begin - t0 < 10e3 else "later"
         first_latency[(name, phase)].append((first - begin) / 1e3)
         for (ta, ba), (tb, bb) in zip(pts, pts[1:]):
@@ -93,6 +104,19 @@ def main():
         v = sorted(first_latency[key])
         q = lambda f: v[min(len(v) - 1, int(f * len(v)))]
         print(f"    {key[0]:15s} {key[1]:11s} {q(.5):6.2f} ({q(.1):.2f}, {q(.9):.2f}) {len(v)}")
+    if chain:
+        print("  the chain (us, median (10%, 90%)): start to the wait's end | to the prologue's loads"
+              " issued | to the first data; starts")
+        for key in sorted(chain):
+            v = chain[key]
+            cols = []
+            for j in range(3):
+                c = sorted(x[j] for x in v)
+                q = lambda f: c[min(len(c) - 1, int(f * len(c)))]
+                cols.append(f"{q(.5):6.2f} ({q(.1):.2f}, {q(.9):.2f})")
+            s0 = sorted(x[3] for x in v)
+            print(f"    {key[0]:15s} {key[1]:11s} {' | '.join(cols)}; {s0[0]:.1f}-{s0[-1]:.1f}, "
+                  f"{len(v)} items")
 
 
 if __name__ == "__main__":

@@ -4,11 +4,12 @@
     decode_trace.py FILE H I S K [SHARED_PARTS] [DOWN_PARTS] [BLOCK_N] [WORDS]
 
 FILE holds WORDS little-endian u64 a ticket (6, the default; 20 with tail_help.patch, PERF.md 55,
-whose first six are the same): block << 32 | SM, start, end of the down item's wait (0 for
-gate/up), end, and when the item's K loop issued its step tiles / 2 and 3 tiles / 4 (ns,
-%globaltimer). The other arguments give the ticket order's groups
-(grouped_gemm_decode.cuh, shared down last): the shared expert's gate/up items, the routed
-gate/up items, the shared down items, the routed down items; their bytes of weights.
+21 since 56; the first six are the same): block << 32 | SM, start, end of the down item's wait
+(0 for gate/up; since 56 a routed gate/up item's wait for the routing), end, and when the
+item's K loop issued its step tiles / 2 and 3 tiles / 4 (ns, %globaltimer). The other arguments
+give the ticket order's groups (grouped_gemm_decode.cuh, shared down last): the shared expert's
+gate/up items, the routed gate/up items, the shared down items, the routed down items; their
+bytes of weights.
 """
 import struct
 import sys
@@ -101,8 +102,8 @@ def main():
     # Down items by when they end (5 us bins): the median time of their K loop's second half
     # (step tiles / 2 to the end) and last quarter, against the first half's (ready to tiles / 2).
     bins = defaultdict(list)
-    for it in items:
-        if it[4] == 0 or it[6] == 0:
+    for k, it in enumerate(items):
+        if "down" not in kinds[k][0] or it[4] == 0 or it[6] == 0:
             continue
         bins[int(us(it[5]) // 5) * 5].append(
             ((it[6] - it[4]) / 1e3, (it[5] - it[6]) / 1e3, (it[5] - it[7]) / 1e3))
