@@ -13,10 +13,11 @@ at its end; between samples the script interpolates linearly. Prints, for each b
 landed data and were not done (streaming), and how many had started but had no data yet
 (filling); then the first data's latency (start to kt = 0) by group and phase.
 
-WORDS (default 20): 21 with PERF.md 56's trace, whose word 2 is also a routed gate/up item's end
-of its wait for the routing, and word 20 when the item's prologue loads were issued; then it also
-prints each group's chain in the kernel's first 40 us and later: start to the wait's end, to the
-prologue issued, to the first data.
+WORDS (default 20): 21 or 23 with PERF.md 56's trace, whose word 2 is also a routed gate/up
+item's end of its wait for the routing, word 20 when the item's prologue loads were issued, and
+(23) words 21 and 22 when its expert and its rows had been read; then it also prints each group's
+chain in the kernel's first 40 us and later: start to the wait's end, (to the expert read, to the
+rows read,) to the prologue issued, to the first data.
 """
 import struct
 import sys
@@ -65,10 +66,10 @@ def main():
         pts.append((end, tiles * stage))
         first = pts[1][0] if len(pts) > 2 else end
         if WORDS > 20 and w[20]:
-            issued = w[20]
-            chain[(name, "first 40 us" if start - t0 < 40e3 else "later")].append(
-                ((begin - start) / 1e3, (issued - begin) / 1e3, (first - issued) / 1e3,
-                 (start - t0) / 1e3))
+            marks = [start, begin] + ([w[21], w[22]] if WORDS > 22 else []) + [w[20], first]
+            if all(marks[1:]):
+                chain[(name, "first 40 us" if start - t0 < 40e3 else "later")].append(
+                    [(b - a) / 1e3 for a, b in zip(marks, marks[1:])] + [(start - t0) / 1e3])
         phase = "first 10 us" if begin - t0 < 10e3 else "later"
         first_latency[(name, phase)].append((first - begin) / 1e3)
         for (ta, ba), (tb, bb) in zip(pts, pts[1:]):
@@ -105,16 +106,17 @@ def main():
         q = lambda f: v[min(len(v) - 1, int(f * len(v)))]
         print(f"    {key[0]:15s} {key[1]:11s} {q(.5):6.2f} ({q(.1):.2f}, {q(.9):.2f}) {len(v)}")
     if chain:
-        print("  the chain (us, median (10%, 90%)): start to the wait's end | to the prologue's loads"
-              " issued | to the first data; starts")
+        steps = (["the wait's end"] + (["the expert read", "the rows read"] if WORDS > 22 else [])
+                 + ["the prologue's loads issued", "the first data"])
+        print("  the chain (us, median (10%, 90%)): start to " + " | to ".join(steps) + "; starts")
         for key in sorted(chain):
             v = chain[key]
             cols = []
-            for j in range(3):
+            for j in range(len(steps)):
                 c = sorted(x[j] for x in v)
                 q = lambda f: c[min(len(c) - 1, int(f * len(c)))]
                 cols.append(f"{q(.5):6.2f} ({q(.1):.2f}, {q(.9):.2f})")
-            s0 = sorted(x[3] for x in v)
+            s0 = sorted(x[-1] for x in v)
             print(f"    {key[0]:15s} {key[1]:11s} {' | '.join(cols)}; {s0[0]:.1f}-{s0[-1]:.1f}, "
                   f"{len(v)} items")
 

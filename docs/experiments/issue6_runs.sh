@@ -87,7 +87,7 @@
 #                                                        default at DeepSeek-V3 and gpumode T = 1
 #                                                        and 8, bf16, --check
 #   (tail-help, rotate, rate, meta, touch and levers run a build of main with decode_persist.patch and
-#   then docs/experiments/tail_help.patch applied, branch tail-help; its traces take 21 words an
+#   then docs/experiments/tail_help.patch applied, branch tail-help; its traces take 23 words an
 #   item.)
 #   docs/experiments/issue6_runs.sh tail-help BUILD      55a: tail helpers (sp2 th132, sp2 th264):
 #                                                        the fused tiles' GPU case, the items
@@ -149,7 +149,7 @@ gpu_tests() {  # NAME SECONDS [TEST SPEC]: the GPU tests of BUILD (all, or those
 tiles_case="every TMA warp-specialized tile matches the reference*"
 decode_trace() {  # PRESET K TILE...: one bench process at T = 1 with RT_MOE_DECODE_TRACE (the
   # patch's), each TILE pinned beside the default; decode_trace.py's summary of every plan's trace
-  # (words an item: $trace_words, 6 with decode_persist.patch, 21 with tail_help.patch on it (20
+  # (words an item: $trace_words, 6 with decode_persist.patch, 23 with tail_help.patch on it (20
   # before PERF.md 56); with 20 or more, decode_rate.py's stream over time first)
   local preset=$1 k=$2 file parts tile
   shift 2
@@ -171,10 +171,10 @@ decode_trace() {  # PRESET K TILE...: one bench process at T = 1 with RT_MOE_DEC
       "$trace_words" | grep -v '^    [0-9]*:[0-9]*('
   done
 }
-rate_traces() {  # TILE...: decode_trace of 21-word traces (tail_help.patch) at DeepSeek-V3 and
+rate_traces() {  # TILE...: decode_trace of 23-word traces (tail_help.patch) at DeepSeek-V3 and
   # gpumode
   local run preset k
-  trace_words=21
+  trace_words=23
   for run in "deepseek-v3 8" "gpumode-moe 4"; do
     read -r preset k <<< "$run"
     decode_trace "$preset" "$k" "$@"
@@ -286,11 +286,11 @@ case "$mode" in
     decode_variants "fused 16x64x64 w1x4 s8 sdl sp2 sw"
     ;;
   tail-help)  # PERF.md 55: the tail helpers (a build of tail_help.patch)
-    trace_words=21
+    trace_words=23
     decode_variants "fused 16x64x64 w1x4 s8 sdl sp2 th132" "fused 16x64x64 w1x4 s8 sdl sp2 th264"
     ;;
   rotate)  # PERF.md 55: the K loops rotated by column block (a build of tail_help.patch)
-    trace_words=21
+    trace_words=23
     decode_variants "fused 16x64x64 w1x4 s8 sdl sp2 kr"
     ;;
   meta | touch)  # PERF.md 55 (a build of tail_help.patch): the metadata chains' lines asked
@@ -306,7 +306,7 @@ case "$mode" in
     grep -h "x the main runtime" "$out/bench.log" | sed 's/: bucket.*router [^:]*:/:/'
     summary "$out/deepseek-v3.json" "$out/gpumode-moe.json"
     ;;
-  rate)  # PERF.md 55: the weight stream over time at T = 1 (21-word traces, a build of tail_help.patch)
+  rate)  # PERF.md 55: the weight stream over time at T = 1 (23-word traces, a build of tail_help.patch)
     rate_traces "fused 16x64x64 w1x4 s8 sdl sp4" "fused 16x64x64 w1x4 s8 sdl"
     ;;
   levers)  # PERF.md 56: every decode lever of 54 and 55 in turns with the default on one GPU (an
