@@ -105,8 +105,11 @@
 #                                                        with the default at T = 1 and 8, --check
 #   docs/experiments/issue6_runs.sh touch BUILD          55e: the same for sp2 tt (the chosen
 #                                                        experts' pages touched by the routing)
-#   docs/experiments/issue6_runs.sh levers BUILD [rate] 56a: every lever of 54 and 55 (sdl, sp4,
-#                                                        sp4s, sp2 sw, pt, th132, kr, ml, tt) in
+#   docs/experiments/issue6_runs.sh rolled BUILD [bench] 56b: the same for sp2 pr (each item's
+#                                                        prologue a loop); with `bench`, no GPU
+#                                                        case
+#   docs/experiments/issue6_runs.sh levers BUILD [rate] 56a: every lever of 54 to 56 (sdl, sp4,
+#                                                        sp4s, sp2 sw, pt, th132, kr, ml, tt, pr) in
 #                                                        turns with the default at DeepSeek-V3
 #                                                        and gpumode T = 1 and 8, bf16, --check;
 #                                                        with `rate`, then the rate mode's traces
@@ -116,7 +119,7 @@
 #                                                        A at DeepSeek-V3 bf16 T = 512 and 1024,
 #                                                        with the power readings, no --check
 set -u
-mode=${1:?table, second-t, suite, decode-energy, t512, spread, spread-gm, release, promotion, edge, pairs, persist, persist-y32, trace, stagger, spread-decode, tail-help, rotate, rate, meta, touch, levers or probe-tokens}
+mode=${1:?table, second-t, suite, decode-energy, t512, spread, spread-gm, release, promotion, edge, pairs, persist, persist-y32, trace, stagger, spread-decode, tail-help, rotate, rate, meta, touch, rolled, levers or probe-tokens}
 build=${2:?a build directory}
 out=${OUT:-.}
 export RT_MOE_CACHE_DIR=$PWD/$build/kcache
@@ -293,11 +296,13 @@ case "$mode" in
     trace_words=23
     decode_variants "fused 16x64x64 w1x4 s8 sdl sp2 kr"
     ;;
-  meta | touch)  # PERF.md 55 (a build of tail_help.patch): the metadata chains' lines asked
-    # of L1 ahead (ml), or the chosen experts' pages touched by the routing block (tt)
+  meta | touch | rolled)  # PERF.md 55, 56 (a build of tail_help.patch): the metadata chains'
+    # lines asked of L1 ahead (ml), the chosen experts' pages touched by the routing block (tt), or
+    # each item's prologue a loop (pr; `rolled BUILD bench`: without the GPU case)
     tile="fused 16x64x64 w1x4 s8 sdl sp2 ml"
     [[ $mode == touch ]] && tile="fused 16x64x64 w1x4 s8 sdl sp2 tt"
-    gpu_tests fused 400 "every fused decode tile matches*"
+    [[ $mode == rolled ]] && tile="fused 16x64x64 w1x4 s8 sdl sp2 pr"
+    [[ "${3:-}" == bench ]] || gpu_tests fused 400 "every fused decode tile matches*"
     rate_traces "$tile"
     for preset in deepseek-v3 gpumode-moe; do
       bench "$preset" --preset "$preset" --dtype bf16 --tokens 1,8,1,8 --check \
@@ -314,7 +319,7 @@ case "$mode" in
     # (a build of tail_help.patch); then the H200's stream over time (rate)
     pins=()
     for tile in sdl "sdl sp4" "sdl sp4s" "sdl sp2 sw" "sdl sp2 pt" "sdl sp2 th132" "sdl sp2 kr" \
-      "sdl sp2 ml" "sdl sp2 tt"; do
+      "sdl sp2 ml" "sdl sp2 tt" "sdl sp2 pr"; do
       pins+=(--compare-tile "fused 16x64x64 w1x4 s8 $tile")
     done
     for preset in deepseek-v3 gpumode-moe; do
