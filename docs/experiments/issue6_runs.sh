@@ -105,11 +105,14 @@
 #                                                        with the default at T = 1 and 8, --check
 #   docs/experiments/issue6_runs.sh touch BUILD          55e: the same for sp2 tt (the chosen
 #                                                        experts' pages touched by the routing)
+#   docs/experiments/issue6_runs.sh code BUILD           56b, 56c: pr and oc: their GPU case, their
+#                                                        chains at T = 1, then in turns with the
+#                                                        default at T = 1 and 8, --check
 #   docs/experiments/issue6_runs.sh rolled BUILD [bench] 56b: the same for sp2 pr (each item's
 #                                                        prologue a loop); with `bench`, no GPU
 #                                                        case
-#   docs/experiments/issue6_runs.sh levers BUILD [rate] 56a: every lever of 54 to 56 (sdl, sp4,
-#                                                        sp4s, sp2 sw, pt, th132, kr, ml, tt, pr) in
+#   docs/experiments/issue6_runs.sh levers BUILD [rate] every lever of 54 to 56 (sdl, sp4, sp4s,
+#                                                        sp2 sw, pt, th132, kr, ml, tt, pr, oc) in
 #                                                        turns with the default at DeepSeek-V3
 #                                                        and gpumode T = 1 and 8, bf16, --check;
 #                                                        with `rate`, then the rate mode's traces
@@ -119,7 +122,7 @@
 #                                                        A at DeepSeek-V3 bf16 T = 512 and 1024,
 #                                                        with the power readings, no --check
 set -u
-mode=${1:?table, second-t, suite, decode-energy, t512, spread, spread-gm, release, promotion, edge, pairs, persist, persist-y32, trace, stagger, spread-decode, tail-help, rotate, rate, meta, touch, rolled, levers or probe-tokens}
+mode=${1:?table, second-t, suite, decode-energy, t512, spread, spread-gm, release, promotion, edge, pairs, persist, persist-y32, trace, stagger, spread-decode, tail-help, rotate, rate, meta, touch, rolled, code, levers or probe-tokens}
 build=${2:?a build directory}
 out=${OUT:-.}
 export RT_MOE_CACHE_DIR=$PWD/$build/kcache
@@ -311,6 +314,20 @@ case "$mode" in
     grep -h "x the main runtime" "$out/bench.log" | sed 's/: bucket.*router [^:]*:/:/'
     summary "$out/deepseek-v3.json" "$out/gpumode-moe.json"
     ;;
+  code)  # PERF.md 56: pr and oc (a build of tail_help.patch): the fused tiles' GPU case for those
+    # two (RT_MOE_TEST_FUSED_TILES), their chains traced at T = 1, then in turns with the default
+    # at DeepSeek-V3 and gpumode T = 1 and 8, bf16, --check
+    RT_MOE_TEST_FUSED_TILES=" pr, oc" gpu_tests fused 300 "every fused decode tile matches*"
+    pr="fused 16x64x64 w1x4 s8 sdl sp2 pr"
+    oc="fused 16x64x64 w1x4 s8 sdl sp2 oc"
+    rate_traces "$pr" "$oc"
+    for preset in deepseek-v3 gpumode-moe; do
+      bench "$preset" --preset "$preset" --dtype bf16 --tokens 1,8,1,8 --check \
+        --no-launch-timing --iters 40 --compare-tile "$pr" --compare-tile "$oc"
+    done
+    grep -h "x the main runtime" "$out/bench.log" | sed 's/: bucket.*router [^:]*:/:/'
+    summary "$out/deepseek-v3.json" "$out/gpumode-moe.json"
+    ;;
   rate)  # PERF.md 55: the weight stream over time at T = 1 (23-word traces, a build of tail_help.patch)
     rate_traces "fused 16x64x64 w1x4 s8 sdl sp4" "fused 16x64x64 w1x4 s8 sdl"
     ;;
@@ -319,7 +336,7 @@ case "$mode" in
     # (a build of tail_help.patch); then the H200's stream over time (rate)
     pins=()
     for tile in sdl "sdl sp4" "sdl sp4s" "sdl sp2 sw" "sdl sp2 pt" "sdl sp2 th132" "sdl sp2 kr" \
-      "sdl sp2 ml" "sdl sp2 tt" "sdl sp2 pr"; do
+      "sdl sp2 ml" "sdl sp2 tt" "sdl sp2 pr" "sdl sp2 oc"; do
       pins+=(--compare-tile "fused 16x64x64 w1x4 s8 $tile")
     done
     for preset in deepseek-v3 gpumode-moe; do
