@@ -108,6 +108,12 @@
 #   docs/experiments/issue6_runs.sh code BUILD           56b, 56c: pr and oc: their GPU case, their
 #                                                        chains at T = 1, then in turns with the
 #                                                        default at T = 1 and 8, --check
+#   docs/experiments/issue6_runs.sh kick BUILD           56d: sk (with pr): its GPU case, the chains
+#                                                        of the default, pr and sk, then pr and sk
+#                                                        in turns with the default, --check
+#   docs/experiments/issue6_runs.sh landing BUILD A      56e: the fused tiles' GPU case on BUILD,
+#                                                        then scripts/ab_bench A BUILD at
+#                                                        DeepSeek-V3 and gpumode T = 1, 8, bf16
 #   docs/experiments/issue6_runs.sh rolled BUILD [bench] 56b: the same for sp2 pr (each item's
 #                                                        prologue a loop); with `bench`, no GPU
 #                                                        case
@@ -122,7 +128,7 @@
 #                                                        A at DeepSeek-V3 bf16 T = 512 and 1024,
 #                                                        with the power readings, no --check
 set -u
-mode=${1:?table, second-t, suite, decode-energy, t512, spread, spread-gm, release, promotion, edge, pairs, persist, persist-y32, trace, stagger, spread-decode, tail-help, rotate, rate, meta, touch, rolled, code, levers or probe-tokens}
+mode=${1:?table, second-t, suite, decode-energy, t512, spread, spread-gm, release, promotion, edge, pairs, persist, persist-y32, trace, stagger, spread-decode, tail-help, rotate, rate, meta, touch, rolled, code, kick, landing, levers or probe-tokens}
 build=${2:?a build directory}
 out=${OUT:-.}
 export RT_MOE_CACHE_DIR=$PWD/$build/kcache
@@ -327,6 +333,26 @@ case "$mode" in
     done
     grep -h "x the main runtime" "$out/bench.log" | sed 's/: bucket.*router [^:]*:/:/'
     summary "$out/deepseek-v3.json" "$out/gpumode-moe.json"
+    ;;
+  kick)  # PERF.md 56: sk (with pr; a build of tail_help.patch): its GPU case, the chains of the
+    # default, pr and sk traced at T = 1, then pr and sk in turns with the default at T = 1 and 8
+    RT_MOE_TEST_FUSED_TILES=" sk" gpu_tests fused 200 "every fused decode tile matches*"
+    pr="fused 16x64x64 w1x4 s8 sdl sp2 pr"
+    sk="fused 16x64x64 w1x4 s8 sdl sp2 pr sk"
+    rate_traces "$pr" "$sk"
+    for preset in deepseek-v3 gpumode-moe; do
+      bench "$preset" --preset "$preset" --dtype bf16 --tokens 1,8,1,8 --check \
+        --no-launch-timing --iters 40 --compare-tile "$pr" --compare-tile "$sk"
+    done
+    grep -h "x the main runtime" "$out/bench.log" | sed 's/: bucket.*router [^:]*:/:/'
+    ;;
+  landing)  # PERF.md 56: a build with a change to land (BUILD) against main's (A): the fused
+    # tiles' GPU case on BUILD, then scripts/ab_bench A BUILD at DeepSeek-V3 and gpumode T = 1
+    # and 8, bf16, two rounds each
+    a=${3:?the base build}
+    gpu_tests fused 300 "every fused decode tile matches*"
+    ab ds "$a" "$build" --preset deepseek-v3 --dtype bf16 --tokens 1,8 --check
+    ab gm "$a" "$build" --preset gpumode-moe --dtype bf16 --tokens 1,8 --check
     ;;
   rate)  # PERF.md 55: the weight stream over time at T = 1 (23-word traces, a build of tail_help.patch)
     rate_traces "fused 16x64x64 w1x4 s8 sdl sp4" "fused 16x64x64 w1x4 s8 sdl"
