@@ -85,7 +85,11 @@ struct GroupedGemmDecode {
       __syncthreads();
     }
     if constexpr (ZERO_Y) zero_y(*down, m, n);
-    const bool written = Gemm::template tile<PARTS>(g, m, n, smem, part, partials, part_count);
+    // The prologue a loop: the first wave's blocks run code no SM has fetched since L2 was
+    // flushed, and its seven stage loads unrolled were 2-5 us of that fetch before their first
+    // weight load on an H100 (docs/PERF.md 56).
+    const bool written =
+        Gemm::template tile<PARTS, true>(g, m, n, smem, part, partials, part_count);
     if (GATE_UP && written) {
       __threadfence();  // this thread's h (and y) stores, before the count below
       __syncthreads();

@@ -99,7 +99,10 @@ struct GroupedGemmSm80 {
   //     pairs' rows only) and counts itself in *part_count; the block that counts last adds the
   //     PARTS partials in part order (the same sum whichever block is last) and writes h, the
   //     others return false. *part_count is left at PARTS (the combine zeroes the counters).
-  template <int PARTS = 1>
+  // ROLLED: the prologue's STAGES - 1 stage loads stay a loop instead of being unrolled, so that a
+  // block whose code no SM has run since L2 was last flushed (the fused decode kernel's first
+  // wave) fetches less of it before its first weight load (docs/PERF.md 56).
+  template <int PARTS = 1, bool ROLLED = false>
   static __device__ bool tile(const GemmParams& p, int block_m, int n_block, unsigned char* smem,
                               int part = 0, float* partials = nullptr, int* part_count = nullptr) {
     static_assert(PARTS == 1 || (PARTS == 2 && MODE == kDown) ||
@@ -144,10 +147,18 @@ struct GroupedGemmSm80 {
       };
       live_rows = live(lane / 4) || live(lane / 4 + 8);
     }
+    if constexpr (ROLLED) {
+#pragma unroll 1
+      for (int s = 0; s < STAGES - 1; ++s) {
+        if (s < tiles) load_stage(s, k0 + s);
+        cp_async_commit();
+      }
+    } else {
 #pragma unroll
-    for (int s = 0; s < STAGES - 1; ++s) {
-      if (s < tiles) load_stage(s, k0 + s);
-      cp_async_commit();
+      for (int s = 0; s < STAGES - 1; ++s) {
+        if (s < tiles) load_stage(s, k0 + s);
+        cp_async_commit();
+      }
     }
     for (int kt = 0; kt < tiles; ++kt) {
       cp_async_wait<STAGES - 2>();
