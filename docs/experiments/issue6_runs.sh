@@ -207,6 +207,22 @@ decode_variants() {  # TILE...: the fused tiles' GPU case, then at DeepSeek-V3 a
   grep -h "x the main runtime" "$out/bench.log" | sed 's/: bucket.*router [^:]*:/:/'
   summary "$out/deepseek-v3.json" "$out/gpumode-moe.json"
 }
+in_turns() {  # TILE...: each TILE in turns with the default at DeepSeek-V3 and gpumode T = 1
+  # and 8, bf16, --check
+  local preset tile
+  local pins=()
+  for tile in "$@"; do pins+=(--compare-tile "$tile"); done
+  for preset in deepseek-v3 gpumode-moe; do
+    bench "$preset" --preset "$preset" --dtype bf16 --tokens 1,8,1,8 --check \
+      --no-launch-timing --iters 40 "${pins[@]}"
+  done
+  grep -h "x the main runtime" "$out/bench.log" | sed 's/: bucket.*router [^:]*:/:/'
+  summary "$out/deepseek-v3.json" "$out/gpumode-moe.json"
+}
+traced_in_turns() {  # TILE...: rate_traces of the default and each TILE, then in_turns
+  rate_traces "$@"
+  in_turns "$@"
+}
 summary() {  # JSON files: one line a T (the median, the samples' 10th and 90th percentiles)
   python3 - "$@" <<'PY'
 import json, os, sys
@@ -312,39 +328,18 @@ case "$mode" in
     [[ $mode == touch ]] && tile="fused 16x64x64 w1x4 s8 sdl sp2 tt"
     [[ $mode == rolled ]] && tile="fused 16x64x64 w1x4 s8 sdl sp2 pr"
     [[ "${3:-}" == bench ]] || gpu_tests fused 400 "every fused decode tile matches*"
-    rate_traces "$tile"
-    for preset in deepseek-v3 gpumode-moe; do
-      bench "$preset" --preset "$preset" --dtype bf16 --tokens 1,8,1,8 --check \
-        --no-launch-timing --iters 40 --compare-tile "$tile"
-    done
-    grep -h "x the main runtime" "$out/bench.log" | sed 's/: bucket.*router [^:]*:/:/'
-    summary "$out/deepseek-v3.json" "$out/gpumode-moe.json"
+    traced_in_turns "$tile"
     ;;
   code)  # PERF.md 56: pr and oc (a build of tail_help.patch): the fused tiles' GPU case for those
     # two (RT_MOE_TEST_FUSED_TILES), their chains traced at T = 1, then in turns with the default
     # at DeepSeek-V3 and gpumode T = 1 and 8, bf16, --check
     RT_MOE_TEST_FUSED_TILES=" pr, oc" gpu_tests fused 300 "every fused decode tile matches*"
-    pr="fused 16x64x64 w1x4 s8 sdl sp2 pr"
-    oc="fused 16x64x64 w1x4 s8 sdl sp2 oc"
-    rate_traces "$pr" "$oc"
-    for preset in deepseek-v3 gpumode-moe; do
-      bench "$preset" --preset "$preset" --dtype bf16 --tokens 1,8,1,8 --check \
-        --no-launch-timing --iters 40 --compare-tile "$pr" --compare-tile "$oc"
-    done
-    grep -h "x the main runtime" "$out/bench.log" | sed 's/: bucket.*router [^:]*:/:/'
-    summary "$out/deepseek-v3.json" "$out/gpumode-moe.json"
+    traced_in_turns "fused 16x64x64 w1x4 s8 sdl sp2 pr" "fused 16x64x64 w1x4 s8 sdl sp2 oc"
     ;;
   kick)  # PERF.md 56: sk (with pr; a build of tail_help.patch): its GPU case, the chains of the
     # default, pr and sk traced at T = 1, then pr and sk in turns with the default at T = 1 and 8
     RT_MOE_TEST_FUSED_TILES=" sk" gpu_tests fused 200 "every fused decode tile matches*"
-    pr="fused 16x64x64 w1x4 s8 sdl sp2 pr"
-    sk="fused 16x64x64 w1x4 s8 sdl sp2 pr sk"
-    rate_traces "$pr" "$sk"
-    for preset in deepseek-v3 gpumode-moe; do
-      bench "$preset" --preset "$preset" --dtype bf16 --tokens 1,8,1,8 --check \
-        --no-launch-timing --iters 40 --compare-tile "$pr" --compare-tile "$sk"
-    done
-    grep -h "x the main runtime" "$out/bench.log" | sed 's/: bucket.*router [^:]*:/:/'
+    traced_in_turns "fused 16x64x64 w1x4 s8 sdl sp2 pr" "fused 16x64x64 w1x4 s8 sdl sp2 pr sk"
     ;;
   landing)  # PERF.md 56: a build with a change to land (BUILD) against main's (A): the fused
     # tiles' GPU case on BUILD, then scripts/ab_bench A BUILD at DeepSeek-V3 and gpumode T = 1
@@ -357,20 +352,15 @@ case "$mode" in
   rate)  # PERF.md 55: the weight stream over time at T = 1 (23-word traces, a build of tail_help.patch)
     rate_traces "fused 16x64x64 w1x4 s8 sdl sp4" "fused 16x64x64 w1x4 s8 sdl"
     ;;
-  levers)  # PERF.md 56: every decode lever of 54 and 55 in turns with the default on one GPU (an
+  levers)  # PERF.md 56: every decode lever of 54 to 56 in turns with the default on one GPU (an
     # H200: they were measured on H100s only), DeepSeek-V3 and gpumode T = 1 and 8, bf16, --check
     # (a build of tail_help.patch); then the H200's stream over time (rate)
-    pins=()
+    tiles=()
     for tile in sdl "sdl sp4" "sdl sp4s" "sdl sp2 sw" "sdl sp2 pt" "sdl sp2 th132" "sdl sp2 kr" \
       "sdl sp2 ml" "sdl sp2 tt" "sdl sp2 pr" "sdl sp2 oc"; do
-      pins+=(--compare-tile "fused 16x64x64 w1x4 s8 $tile")
+      tiles+=("fused 16x64x64 w1x4 s8 $tile")
     done
-    for preset in deepseek-v3 gpumode-moe; do
-      bench "$preset" --preset "$preset" --dtype bf16 --tokens 1,8,1,8 --check \
-        --no-launch-timing --iters 40 "${pins[@]}"
-    done
-    grep -h "x the main runtime" "$out/bench.log" | sed 's/: bucket.*router [^:]*:/:/'
-    summary "$out/deepseek-v3.json" "$out/gpumode-moe.json"
+    in_turns "${tiles[@]}"
     [[ "${3:-}" == rate ]] && rate_traces "fused 16x64x64 w1x4 s8 sdl sp4" "fused 16x64x64 w1x4 s8 sdl"
     ;;
   trace)
