@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
-"""The fused decode kernel's weight stream over time, from a 20-word trace (PERF.md 55).
+"""The fused decode kernel's weight stream over time, from a trace of 20 or more words (PERF.md 55).
 
     decode_rate.py FILE H I S K [SHARED_PARTS] [BIN_US] [WORDS]
 
-FILE: RT_MOE_DECODE_TRACE's words of each ticket (kDecodeTraceWords = 20, params.h): block << 32
+FILE: RT_MOE_DECODE_TRACE's words of each ticket (kDecodeTraceWords, params.h): block << 32
 | SM, start, end of a down item's wait, end, two legacy steps, then when the data of K step kt had
 landed in the block's ring for kt = 0, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96 (0 where the
 item has fewer steps). An item's bytes landed by time t are (kt + 1) 8 KiB at those samples (64
@@ -26,6 +26,13 @@ from collections import defaultdict
 from decode_trace import item_kinds
 
 STEPS = [0, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96]
+
+
+def spread(values):
+    """The median (10th, 90th percentile) of values, as printed."""
+    v = sorted(values)
+    q = lambda f: v[min(len(v) - 1, int(f * len(v)))]
+    return f"{q(.5):6.2f} ({q(.1):.2f}, {q(.9):.2f})"
 
 
 def main():
@@ -102,20 +109,15 @@ def main():
         print("   " + "  ".join(line))
     print("  first data after the stream's start (us): median (10%, 90%), items")
     for key in sorted(first_latency):
-        v = sorted(first_latency[key])
-        q = lambda f: v[min(len(v) - 1, int(f * len(v)))]
-        print(f"    {key[0]:15s} {key[1]:11s} {q(.5):6.2f} ({q(.1):.2f}, {q(.9):.2f}) {len(v)}")
+        v = first_latency[key]
+        print(f"    {key[0]:15s} {key[1]:11s} {spread(v)} {len(v)}")
     if chain:
         steps = (["the wait's end"] + (["the expert read", "the rows read"] if WORDS > 22 else [])
                  + ["the prologue's loads issued", "the first data"])
         print("  the chain (us, median (10%, 90%)): start to " + " | to ".join(steps) + "; starts")
         for key in sorted(chain):
             v = chain[key]
-            cols = []
-            for j in range(len(steps)):
-                c = sorted(x[j] for x in v)
-                q = lambda f: c[min(len(c) - 1, int(f * len(c)))]
-                cols.append(f"{q(.5):6.2f} ({q(.1):.2f}, {q(.9):.2f})")
+            cols = [spread(x[j] for x in v) for j in range(len(steps))]
             s0 = sorted(x[-1] for x in v)
             print(f"    {key[0]:15s} {key[1]:11s} {' | '.join(cols)}; {s0[0]:.1f}-{s0[-1]:.1f}, "
                   f"{len(v)} items")
