@@ -99,6 +99,8 @@
 #   docs/experiments/issue6_runs.sh rate BUILD           55c: the weight stream over time at T = 1
 #                                                        (decode_rate.py), the default, sp4 and
 #                                                        sdl, at DeepSeek-V3 and gpumode, bf16
+#   docs/experiments/issue6_runs.sh rate-pr BUILD        57: the same with main's default since
+#                                                        985638e (sp2 pr) in place of sp4
 #   docs/experiments/issue6_runs.sh meta BUILD           55d: sp2 ml (the items' metadata lines
 #                                                        asked of L1 ahead): the fused tiles' GPU
 #                                                        case, its stream over time, then in turns
@@ -127,8 +129,17 @@
 #                                                        to 64 tokens copy no token rows) against
 #                                                        A at DeepSeek-V3 bf16 T = 512 and 1024,
 #                                                        with the power readings, no --check
+#   docs/experiments/issue6_runs.sh carveout BUILD [big] 57a: every kernel's preferred shared-memory
+#                                                        carveout the SM's whole (RT_MOE_SMEM_
+#                                                        CARVEOUT=100, a build of branch carveout)
+#                                                        against the driver's choice: the stage
+#                                                        timelines at DeepSeek-V3 T = 1 and 8,
+#                                                        then scripts/ab_bench of the two at
+#                                                        DeepSeek-V3 T = 1, 8, 64, 512, bf16,
+#                                                        --check; with `big`, also gpumode T = 1,
+#                                                        8, 2048, 8192 and DeepSeek-V3 4096, 16384
 set -u
-mode=${1:?table, second-t, suite, decode-energy, t512, spread, spread-gm, release, promotion, edge, pairs, persist, persist-y32, trace, stagger, spread-decode, tail-help, rotate, rate, meta, touch, rolled, code, kick, landing, levers or probe-tokens}
+mode=${1:?table, carveout, rate-pr, second-t, suite, decode-energy, t512, spread, spread-gm, release, promotion, edge, pairs, persist, persist-y32, trace, stagger, spread-decode, tail-help, rotate, rate, meta, touch, rolled, code, kick, landing, levers or probe-tokens}
 build=${2:?a build directory}
 out=${OUT:-.}
 export RT_MOE_CACHE_DIR=$PWD/$build/kcache
@@ -352,6 +363,9 @@ case "$mode" in
   rate)  # PERF.md 55: the weight stream over time at T = 1 (23-word traces, a build of tail_help.patch)
     rate_traces "fused 16x64x64 w1x4 s8 sdl sp4" "fused 16x64x64 w1x4 s8 sdl"
     ;;
+  rate-pr)  # PERF.md 57: the same for main's default since 985638e (sp2 pr) and sdl
+    rate_traces "fused 16x64x64 w1x4 s8 sdl sp2 pr" "fused 16x64x64 w1x4 s8 sdl"
+    ;;
   levers)  # PERF.md 56: every decode lever of 54 to 56 in turns with the default on one GPU (an
     # H200: they were measured on H100s only), DeepSeek-V3 and gpumode T = 1 and 8, bf16, --check
     # (a build of tail_help.patch); then the H200's stream over time (rate)
@@ -431,6 +445,26 @@ PY
       gpu_tests cases 200 "$tiles_case"
     else
       echo "T = 512 B / A ${ratio:-unread}: no GPU case"
+    fi
+    ;;
+  carveout)
+    # B: the same build, every kernel's carveout 100% (a wrapper of its bench, its kernel cache)
+    wrapped=$build-cv100
+    mkdir -p "$wrapped/tools"
+    ln -sfn "$PWD/$build/kcache" "$wrapped/kcache"
+    printf '#!/bin/sh\nRT_MOE_SMEM_CARVEOUT=100 exec "%s" "$@"\n' "$PWD/$build/tools/rt_moe_bench" \
+      > "$wrapped/tools/rt_moe_bench"
+    chmod +x "$wrapped/tools/rt_moe_bench"
+    for cv in "" 100; do
+      RT_MOE_STAGE_TIMELINE=1 RT_MOE_SMEM_CARVEOUT=$cv bench "timeline$cv" --preset deepseek-v3 \
+        --dtype bf16 --tokens 1,8 --timeline 4 --iters 5 --warmup 2 --no-launch-timing --no-power
+      grep -A6 "^timeline T" "$out/bench.log" | tail -14 | sed "s/^/cv=${cv:-driver} /"
+    done
+    ab ds "$build" "$wrapped" --preset deepseek-v3 --dtype bf16 --check --tokens 1,8,64,512
+    if [[ "${3:-}" == big ]]; then
+      ab gm "$build" "$wrapped" --preset gpumode-moe --dtype bf16 --check --tokens 1,8
+      ab ds-big "$build" "$wrapped" --preset deepseek-v3 --dtype bf16 --check --tokens 4096,16384
+      ab gm-big "$build" "$wrapped" --preset gpumode-moe --dtype bf16 --check --tokens 2048,8192
     fi
     ;;
   probe-tokens)

@@ -1,0 +1,181 @@
+// How fast one SM streams cold weights from HBM, by blocks on the SM, bytes in flight and the copy
+// (docs/PERF.md 57b). 54e measured a decode block at ~35 GB/s (56 KiB in flight) however many
+// blocks streamed, and 54c's routing phase found two blocks on an SM streaming 11.5-18 GB/s each,
+// no more than one alone. The H200 needs 4.58 TB/s / 132 = 34.7 GB/s from every SM at its HBM
+// ceiling, the H100 ~25: if an SM streams at most ~35 GB/s whatever runs on it, the H200 has no
+// headroom to win back a phase in which fewer SMs stream (the routing, the last wave), and that
+// would be why the fused decode kernel loses twice as much there as on the H100 (46d). This asks:
+//   - does a second block on the SM double its rate (the limit is the block's ring), or not (the
+//     SM's own limit on requests in flight)?
+//   - does the copy engine (cp.async.bulk, one 8 KiB copy a stage from one thread) get more from
+//     an SM than 128 threads' 16-byte cp.async at the same bytes in flight?
+// The grid is two blocks an SM (100 KiB of shared memory each); a block finds its SM (%smid) and
+// takes a slot of it; blocks on SMs >= `sms` or in a slot >= `per_sm` exit at once. Each active
+// block streams its own 8 MiB region (cold: each launch reads addresses the last 3 GB did not)
+// through a ring of STAGES stages of 8 KiB, STAGES - 1 in flight, and does nothing with them but
+// wait for them. Prints the median of 3 launches: GB/s an SM and in all.
+// Build here (nvcc 13), run on the GPU host:
+//   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Ikernel_templates \
+//        -Xcompiler -Wno-stringop-overflow -diag-suppress 1886 \
+//        -o sm_rate docs/experiments/sm_rate.cu
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <vector>
+
+#include "cuda_check.h"
+#include "grouped_gemm_sm90_ws.cuh"  // the kernels' mbarrier wrappers, cp.async
+#include "read_sink.h"
+
+using namespace rt_moe;
+
+constexpr int kThreads = 128;
+constexpr int kStageBytes = 8192;
+constexpr long long kRegion = 8ll << 20;  // bytes a block streams
+constexpr int kSteps = int(kRegion / kStageBytes);
+constexpr int kSmem = 100 * 1024;  // two blocks an SM, whatever the ring uses
+
+enum Copy { kCpAsync = 0, kBulk = 1 };
+const char* kCopyNames[] = {"cp.async 16 B", "bulk 8 KiB"};
+
+__device__ __forceinline__ unsigned smid() {
+  unsigned id;
+  asm volatile("mov.u32 %0, %%smid;" : "=r"(id));
+  return id;
+}
+
+// One contiguous copy global -> shared by the copy engine, completing on `bar` with its bytes.
+__device__ __forceinline__ void bulk_load(unsigned dst, const void* src, unsigned bytes,
+                                          unsigned bar) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::
+          "r"(dst),
+      "l"(src), "r"(bytes), "r"(bar)
+      : "memory");
+}
+
+template <int COPY, int STAGES>
+__global__ void __launch_bounds__(kThreads) sm_stream(const char* w, int sms, int per_sm,
+                                                      int* slots, int4* out) {
+  extern __shared__ __align__(128) unsigned char smem[];
+  __shared__ __align__(8) unsigned long long bars[STAGES];
+  __shared__ int my_slot;
+  const unsigned sm = smid();
+  if (threadIdx.x == 0) my_slot = atomicAdd(&slots[sm], 1);
+  __syncthreads();
+  if (int(sm) >= sms || my_slot >= per_sm) return;
+  const char* region = w + (long long)(sm * 2 + my_slot) * kRegion;
+  const unsigned ring = smem_address(smem);
+  const int tid = threadIdx.x;
+  if constexpr (COPY == kCpAsync) {
+    auto load = [&](int s) {
+      const unsigned st = ring + (s % STAGES) * kStageBytes;
+#pragma unroll
+      for (int j = 0; j < kStageBytes / 16 / kThreads; ++j) {
+        const int idx = tid + j * kThreads;
+        cp_async_16(st + idx * 16, region + (long long)s * kStageBytes + idx * 16, true);
+      }
+    };
+#pragma unroll 1
+    for (int s = 0; s < STAGES - 1; ++s) {
+      load(s);
+      cp_async_commit();
+    }
+#pragma unroll 1
+    for (int s = 0; s < kSteps; ++s) {
+      cp_async_wait<STAGES - 2>();
+      __syncthreads();
+      if (s + STAGES - 1 < kSteps) load(s + STAGES - 1);
+      cp_async_commit();
+    }
+    cp_async_wait<0>();
+  } else {
+    if (tid == 0) {
+      const unsigned bar0 = smem_address(bars);
+      for (int s = 0; s < STAGES; ++s) mbarrier_init(bar0 + 8 * s, 1);
+      mbarrier_init_fence();
+      auto load = [&](int s) {
+        const unsigned bar = bar0 + 8 * (s % STAGES);
+        mbarrier_arrive_expect_tx(bar, kStageBytes);
+        bulk_load(ring + (s % STAGES) * kStageBytes, region + (long long)s * kStageBytes,
+                  kStageBytes, bar);
+      };
+      for (int s = 0; s < STAGES - 1; ++s) load(s);
+      for (int s = 0; s < kSteps; ++s) {
+        mbarrier_wait(bar0 + 8 * (s % STAGES), (s / STAGES) & 1);
+        if (s + STAGES - 1 < kSteps) load(s + STAGES - 1);
+      }
+    }
+  }
+  __syncthreads();
+  // Something of what landed, so that the copies have a reader.
+  int4 acc = reinterpret_cast<const int4*>(smem)[tid];
+  sink(acc, out);
+}
+
+template <int COPY, int STAGES>
+void run(const char* w, size_t bytes, int* slots, int4* out, int sm_count, long long& offset) {
+  auto kernel = sm_stream<COPY, STAGES>;
+  CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+  cudaEvent_t start, stop;
+  CHECK(cudaEventCreate(&start));
+  CHECK(cudaEventCreate(&stop));
+  const long long span = 2ll * sm_count * kRegion;  // every block's region, active or not
+  for (int sms : {8, 33, 66, 132}) {
+    if (sms > sm_count) continue;
+    for (int per_sm : {1, 2}) {
+      std::vector<float> ms;
+      int active = 0;
+      for (int rep = 0; rep < 3; ++rep) {
+        if (offset + span > (long long)bytes) offset = 0;
+        CHECK(cudaMemset(slots, 0, sizeof(int) * 1024));
+        CHECK(cudaEventRecord(start));
+        kernel<<<2 * sm_count, kThreads, kSmem>>>(w + offset, sms, per_sm, slots, out);
+        CHECK(cudaEventRecord(stop));
+        CHECK(cudaEventSynchronize(stop));
+        CHECK(cudaGetLastError());
+        float t = 0;
+        CHECK(cudaEventElapsedTime(&t, start, stop));
+        ms.push_back(t);
+        std::vector<int> host(1024);
+        CHECK(cudaMemcpy(host.data(), slots, sizeof(int) * 1024, cudaMemcpyDeviceToHost));
+        active = 0;
+        for (int s = 0; s < sms; ++s) active += std::min(host[s], per_sm);
+        offset += span;
+      }
+      std::sort(ms.begin(), ms.end());
+      const double gb = double(active) * kRegion / 1e9, s = ms[1] * 1e-3;
+      std::printf("%-14s %2d stages (%3d KiB in flight a block)  SMs %3d x %d (%3d blocks): "
+                  "%7.1f us, %6.1f GB/s an SM, %7.0f GB/s in all\n",
+                  kCopyNames[COPY], STAGES, (STAGES - 1) * kStageBytes / 1024, sms, per_sm,
+                  active, ms[1] * 1e3, gb / s / sms, gb / s);
+    }
+  }
+}
+
+int main() {
+  cudaDeviceProp prop;
+  CHECK(cudaGetDeviceProperties(&prop, 0));
+  const int sm_count = prop.multiProcessorCount;
+  // Room for 2 rounds of every block's region, so that a launch reads what the last did not.
+  const size_t bytes = size_t(2) * 2 * sm_count * kRegion + (size_t(64) << 20);
+  char* w;
+  int* slots;
+  int4* out;
+  CHECK(cudaMalloc(&w, bytes));
+  CHECK(cudaMalloc(&slots, sizeof(int) * 1024));
+  CHECK(cudaMalloc(&out, 1024 * sizeof(int4)));
+  CHECK(cudaMemset(w, 0x3c, bytes));
+  CHECK(cudaDeviceSynchronize());
+  std::printf("%s, %d SMs; each active block streams %lld MiB in 8 KiB stages\n", prop.name,
+              sm_count, kRegion >> 20);
+  long long offset = 0;
+  run<kCpAsync, 8>(w, bytes, slots, out, sm_count, offset);
+  run<kBulk, 8>(w, bytes, slots, out, sm_count, offset);
+  run<kCpAsync, 12>(w, bytes, slots, out, sm_count, offset);
+  run<kBulk, 12>(w, bytes, slots, out, sm_count, offset);
+  run<kCpAsync, 4>(w, bytes, slots, out, sm_count, offset);
+  run<kBulk, 4>(w, bytes, slots, out, sm_count, offset);
+  return 0;
+}
