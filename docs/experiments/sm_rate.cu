@@ -56,8 +56,8 @@ __device__ __forceinline__ void bulk_load(unsigned dst, const void* src, unsigne
 }
 
 template <int COPY, int STAGES>
-__global__ void __launch_bounds__(kThreads) sm_stream(const char* w, int sms, int per_sm,
-                                                      int* slots, int4* out) {
+__global__ void __launch_bounds__(kThreads)
+    sm_stream(const char* w, int sms, int per_sm, int* slots, int4* out) {
   extern __shared__ __align__(128) unsigned char smem[];
   __shared__ __align__(8) unsigned long long bars[STAGES];
   __shared__ int my_slot;
@@ -146,10 +146,11 @@ void run(const char* w, size_t bytes, int* slots, int4* out, int sm_count, long 
       }
       std::sort(ms.begin(), ms.end());
       const double gb = double(active) * kRegion / 1e9, s = ms[1] * 1e-3;
-      std::printf("%-14s %2d stages (%3d KiB in flight a block)  SMs %3d x %d (%3d blocks): "
-                  "%7.1f us, %6.1f GB/s an SM, %7.0f GB/s in all\n",
-                  kCopyNames[COPY], STAGES, (STAGES - 1) * kStageBytes / 1024, sms, per_sm,
-                  active, ms[1] * 1e3, gb / s / sms, gb / s);
+      std::printf(
+          "%-14s %2d stages (%3d KiB in flight a block)  SMs %3d x %d (%3d blocks): "
+          "%7.1f us, %6.1f GB/s an SM, %7.0f GB/s in all\n",
+          kCopyNames[COPY], STAGES, (STAGES - 1) * kStageBytes / 1024, sms, per_sm, active,
+          ms[1] * 1e3, gb / s / sms, gb / s);
     }
   }
 }
