@@ -7,21 +7,28 @@
 // would be why the fused decode kernel loses twice as much there as on the H100 (46d). This asks:
 //   - does a second block on the SM double its rate (the limit is the block's ring), or not (the
 //     SM's own limit on requests in flight)?
-//   - does the copy engine (cp.async.bulk, one 8 KiB copy a stage from one thread) get more from
-//     an SM than 128 threads' 16-byte cp.async at the same bytes in flight?
+//   - does the copy engine get more from an SM than 128 threads' 16-byte cp.async at the same
+//     bytes in flight: one 8 KiB bulk copy a stage (cp.async.bulk), or one tensor box of 64 rows x
+//     128 bytes a stage (cp.async.bulk.tensor, 128-byte swizzle), as a TMA-fed decode tile would
+//     load its weights?
 // The grid is two blocks an SM (100 KiB of shared memory each); a block finds its SM (%smid) and
 // takes a slot of it; blocks on SMs >= `sms` or in a slot >= `per_sm` exit at once. Each active
-// block streams its own 8 MiB region (cold: each launch reads addresses the last 3 GB did not)
+// block streams its own region of 8 items (cold: each launch reads addresses the last did not),
+// an item 64 rows of 14336 bytes (the decode tile's gate/up item at H = 7168, 112 K steps),
 // through a ring of STAGES stages of 8 KiB, STAGES - 1 in flight, and does nothing with them but
-// wait for them. Prints the median of 3 launches: GB/s an SM and in all.
+// wait for them. A stage is 8 KiB in address order ("contiguous") or 128 bytes of each of the
+// item's 64 rows ("stripes", the decode tile's). Prints the median of 3 launches: GB/s an SM and
+// in all.
 // Build here (nvcc 13), run on the GPU host:
 //   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Ikernel_templates \
 //        -Xcompiler -Wno-stringop-overflow -diag-suppress 1886 \
 //        -o sm_rate docs/experiments/sm_rate.cu
+#include <cuda.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <vector>
 
 #include "cuda_check.h"
@@ -32,12 +39,18 @@ using namespace rt_moe;
 
 constexpr int kThreads = 128;
 constexpr int kStageBytes = 8192;
-constexpr long long kRegion = 8ll << 20;  // bytes a block streams
-constexpr int kSteps = int(kRegion / kStageBytes);
-constexpr int kSmem = 100 * 1024;  // two blocks an SM, whatever the ring uses
+constexpr int kRowBytes = 14336;             // a row of gate or up at H = 7168
+constexpr int kItemRows = 64;                // a decode item's weight rows
+constexpr int kItemSteps = kRowBytes / 128;  // 112 K steps of 128 bytes a row
+constexpr long long kItemBytes = (long long)kItemRows * kRowBytes;  // 917504
+constexpr int kItems = 8;                                           // items a block streams
+constexpr long long kRegion = kItems * kItemBytes;
+constexpr int kSteps = kItems * kItemSteps;
+constexpr int kSmem = 100 * 1024 + 1024;  // two blocks an SM; + 1024 to align the ring
 
-enum Copy { kCpAsync = 0, kBulk = 1 };
-const char* kCopyNames[] = {"cp.async 16 B", "bulk 8 KiB"};
+enum Copy { kCpAsync = 0, kBulk = 1, kCpAsyncStripes = 2, kBox = 3 };
+const char* kCopyNames[] = {"cp.async contiguous", "bulk 8 KiB contiguous", "cp.async stripes",
+                            "tma box stripes"};
 
 __device__ __forceinline__ unsigned smid() {
   unsigned id;
@@ -55,26 +68,39 @@ __device__ __forceinline__ void bulk_load(unsigned dst, const void* src, unsigne
       : "memory");
 }
 
+// The source of 16-byte chunk `idx` (0..511) of stage `s` of a region.
+template <int COPY>
+__device__ __forceinline__ const char* chunk_src(const char* region, int s, int idx) {
+  if (COPY == kCpAsync) return region + (long long)s * kStageBytes + idx * 16;
+  const int item = s / kItemSteps, k = s % kItemSteps;
+  return region + item * kItemBytes + (long long)(idx / 8) * kRowBytes + k * 128 + idx % 8 * 16;
+}
+
+// `map`: the buffer as a [rows, 7168] bf16 matrix, boxes of 64 elements x 64 rows (kBox); `row0`:
+// the launch's first row (its byte offset in `w` / kRowBytes).
 template <int COPY, int STAGES>
 __global__ void __launch_bounds__(kThreads)
-    sm_stream(const char* w, int sms, int per_sm, int* slots, int4* out) {
-  extern __shared__ __align__(128) unsigned char smem[];
+    sm_stream(const __grid_constant__ TensorMap map, const char* w, long long row0, int sms,
+              int per_sm, int* slots, int4* out) {
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
   __shared__ __align__(8) unsigned long long bars[STAGES];
   __shared__ int my_slot;
   const unsigned sm = smid();
   if (threadIdx.x == 0) my_slot = atomicAdd(&slots[sm], 1);
   __syncthreads();
   if (int(sm) >= sms || my_slot >= per_sm) return;
-  const char* region = w + (long long)(sm * 2 + my_slot) * kRegion;
-  const unsigned ring = smem_address(smem);
+  const int block = sm * 2 + my_slot;
+  const char* region = w + (long long)block * kRegion;
+  const unsigned ring = (smem_address(smem_raw) + 1023) / 1024 * 1024;
+  unsigned char* smem = smem_raw + (ring - smem_address(smem_raw));
   const int tid = threadIdx.x;
-  if constexpr (COPY == kCpAsync) {
+  if constexpr (COPY == kCpAsync || COPY == kCpAsyncStripes) {
     auto load = [&](int s) {
       const unsigned st = ring + (s % STAGES) * kStageBytes;
 #pragma unroll
       for (int j = 0; j < kStageBytes / 16 / kThreads; ++j) {
         const int idx = tid + j * kThreads;
-        cp_async_16(st + idx * 16, region + (long long)s * kStageBytes + idx * 16, true);
+        cp_async_16(st + swizzle_128b(idx / 8, idx % 8), chunk_src<COPY>(region, s, idx), true);
       }
     };
 #pragma unroll 1
@@ -96,10 +122,15 @@ __global__ void __launch_bounds__(kThreads)
       for (int s = 0; s < STAGES; ++s) mbarrier_init(bar0 + 8 * s, 1);
       mbarrier_init_fence();
       auto load = [&](int s) {
-        const unsigned bar = bar0 + 8 * (s % STAGES);
+        const unsigned bar = bar0 + 8 * (s % STAGES), dst = ring + (s % STAGES) * kStageBytes;
         mbarrier_arrive_expect_tx(bar, kStageBytes);
-        bulk_load(ring + (s % STAGES) * kStageBytes, region + (long long)s * kStageBytes,
-                  kStageBytes, bar);
+        if (COPY == kBulk) {
+          bulk_load(dst, region + (long long)s * kStageBytes, kStageBytes, bar);
+        } else {
+          const long long row =
+              row0 + (long long)block * kItems * kItemRows + (s / kItemSteps) * kItemRows;
+          tma_load_2d(dst, &map, (s % kItemSteps) * 64, int(row), bar);
+        }
       };
       for (int s = 0; s < STAGES - 1; ++s) load(s);
       for (int s = 0; s < kSteps; ++s) {
@@ -115,7 +146,8 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 template <int COPY, int STAGES>
-void run(const char* w, size_t bytes, int* slots, int4* out, int sm_count, long long& offset) {
+void run(const TensorMap& map, const char* w, size_t bytes, int* slots, int4* out, int sm_count,
+         long long& offset) {
   auto kernel = sm_stream<COPY, STAGES>;
   CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
   cudaEvent_t start, stop;
@@ -131,7 +163,8 @@ void run(const char* w, size_t bytes, int* slots, int4* out, int sm_count, long 
         if (offset + span > (long long)bytes) offset = 0;
         CHECK(cudaMemset(slots, 0, sizeof(int) * 1024));
         CHECK(cudaEventRecord(start));
-        kernel<<<2 * sm_count, kThreads, kSmem>>>(w + offset, sms, per_sm, slots, out);
+        kernel<<<2 * sm_count, kThreads, kSmem>>>(map, w + offset, offset / kRowBytes, sms, per_sm,
+                                                  slots, out);
         CHECK(cudaEventRecord(stop));
         CHECK(cudaEventSynchronize(stop));
         CHECK(cudaGetLastError());
@@ -155,6 +188,38 @@ void run(const char* w, size_t bytes, int* slots, int4* out, int sm_count, long 
   }
 }
 
+// The buffer as a [rows, 7168] bf16 matrix with boxes of 64 elements x 64 rows, 128-byte swizzle.
+TensorMap weight_map(void* w, unsigned long long rows) {
+  using Encode =
+      CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
+                   const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
+                   CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+  void* fn = nullptr;
+  cudaDriverEntryPointQueryResult found{};
+  CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault,
+                                         &found));
+  if (fn == nullptr || found != cudaDriverEntryPointSuccess) {
+    std::fprintf(stderr, "sm_rate: no cuTensorMapEncodeTiled\n");
+    std::exit(1);
+  }
+  CUtensorMap map;
+  const cuuint64_t dims[2] = {kRowBytes / 2, rows};
+  const cuuint64_t strides[1] = {kRowBytes};
+  const cuuint32_t box[2] = {64, kItemRows};
+  const cuuint32_t element_strides[2] = {1, 1};
+  const CUresult r = reinterpret_cast<Encode>(fn)(
+      &map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, w, dims, strides, box, element_strides,
+      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS) {
+    std::fprintf(stderr, "sm_rate: cuTensorMapEncodeTiled failed (%d)\n", int(r));
+    std::exit(1);
+  }
+  TensorMap out;
+  std::memcpy(&out, &map, sizeof(map));
+  return out;
+}
+
 int main() {
   cudaDeviceProp prop;
   CHECK(cudaGetDeviceProperties(&prop, 0));
@@ -169,14 +234,17 @@ int main() {
   CHECK(cudaMalloc(&out, 1024 * sizeof(int4)));
   CHECK(cudaMemset(w, 0x3c, bytes));
   CHECK(cudaDeviceSynchronize());
-  std::printf("%s, %d SMs; each active block streams %lld MiB in 8 KiB stages\n", prop.name,
-              sm_count, kRegion >> 20);
+  const TensorMap map = weight_map(w, bytes / kRowBytes);
+  std::printf("%s, %d SMs; each active block streams %.1f MB in 8 KiB stages\n", prop.name,
+              sm_count, kRegion / 1e6);
   long long offset = 0;
-  run<kCpAsync, 8>(w, bytes, slots, out, sm_count, offset);
-  run<kBulk, 8>(w, bytes, slots, out, sm_count, offset);
-  run<kCpAsync, 12>(w, bytes, slots, out, sm_count, offset);
-  run<kBulk, 12>(w, bytes, slots, out, sm_count, offset);
-  run<kCpAsync, 4>(w, bytes, slots, out, sm_count, offset);
-  run<kBulk, 4>(w, bytes, slots, out, sm_count, offset);
+  run<kCpAsyncStripes, 8>(map, w, bytes, slots, out, sm_count, offset);
+  run<kBox, 8>(map, w, bytes, slots, out, sm_count, offset);
+  run<kCpAsync, 8>(map, w, bytes, slots, out, sm_count, offset);
+  run<kBulk, 8>(map, w, bytes, slots, out, sm_count, offset);
+  run<kCpAsyncStripes, 12>(map, w, bytes, slots, out, sm_count, offset);
+  run<kBox, 12>(map, w, bytes, slots, out, sm_count, offset);
+  run<kCpAsyncStripes, 4>(map, w, bytes, slots, out, sm_count, offset);
+  run<kBox, 4>(map, w, bytes, slots, out, sm_count, offset);
   return 0;
 }
