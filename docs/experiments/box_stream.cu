@@ -38,6 +38,7 @@
 #include "power.h"
 #include "read_sink.h"
 #include "steady_power.h"
+#include "tensor_map.h"
 
 using namespace rt_moe;
 
@@ -134,39 +135,6 @@ __global__ void fill_random(unsigned* p, size_t n) {
   rt_moe::FillBits<256>::run({p, (long long)n, 0u, 0xbfffbfffu});
 }
 
-// The weights as a [rows, kCols] bf16 matrix with boxes of 64 elements x `box_rows` rows.
-TensorMap weight_map(void* w, unsigned long long rows, unsigned box_rows,
-                     CUtensorMapL2promotion promotion) {
-  using Encode =
-      CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
-                   const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
-                   CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-  void* fn = nullptr;
-  cudaDriverEntryPointQueryResult found{};
-  CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault,
-                                         &found));
-  if (fn == nullptr || found != cudaDriverEntryPointSuccess) {
-    std::fprintf(stderr, "box_stream: no cuTensorMapEncodeTiled\n");
-    std::exit(1);
-  }
-  CUtensorMap map;
-  const cuuint64_t dims[2] = {kCols, rows};
-  const cuuint64_t strides[1] = {kRowBytes};
-  const cuuint32_t box[2] = {64, box_rows};
-  const cuuint32_t element_strides[2] = {1, 1};
-  const CUresult r = reinterpret_cast<Encode>(fn)(
-      &map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, w, dims, strides, box, element_strides,
-      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, promotion,
-      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  if (r != CUDA_SUCCESS) {
-    std::fprintf(stderr, "box_stream: cuTensorMapEncodeTiled failed (%d)\n", int(r));
-    std::exit(1);
-  }
-  TensorMap out;
-  std::memcpy(&out, &map, sizeof(map));
-  return out;
-}
-
 int main(int argc, char** argv) {
   const int rounds = argc > 1 ? std::atoi(argv[1]) : 2;
   cudaDeviceProp prop;
@@ -183,9 +151,13 @@ int main(int argc, char** argv) {
   fill_random<<<4 * sms, 256>>>(reinterpret_cast<unsigned*>(w), bytes / 4);
   CHECK(cudaGetLastError());
   const unsigned long long rows = (unsigned long long)tiles * kTileRows;
-  const TensorMap map128 = weight_map(w, rows, 128, CU_TENSOR_MAP_L2_PROMOTION_L2_128B);
-  const TensorMap map64 = weight_map(w, rows, 64, CU_TENSOR_MAP_L2_PROMOTION_L2_128B);
-  const TensorMap map128p = weight_map(w, rows, 128, CU_TENSOR_MAP_L2_PROMOTION_L2_256B);
+  // The weights as a [rows, kCols] bf16 matrix with boxes of 64 elements x 128 or 64 rows.
+  const auto weight_map = [&](unsigned box_rows, CUtensorMapL2promotion promotion) {
+    return bf16_tensor_map(w, kCols, rows, kRowBytes, 64, box_rows, promotion, "box_stream");
+  };
+  const TensorMap map128 = weight_map(128, CU_TENSOR_MAP_L2_PROMOTION_L2_128B);
+  const TensorMap map64 = weight_map(64, CU_TENSOR_MAP_L2_PROMOTION_L2_128B);
+  const TensorMap map128p = weight_map(128, CU_TENSOR_MAP_L2_PROMOTION_L2_256B);
   CHECK(
       cudaFuncSetAttribute(box_ring<kTma128>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
   CHECK(cudaFuncSetAttribute(box_ring<kTma64>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));

@@ -23,17 +23,17 @@
 //   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Ikernel_templates \
 //        -Xcompiler -Wno-stringop-overflow -diag-suppress 1886 \
 //        -o sm_rate docs/experiments/sm_rate.cu
-#include <cuda.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdio>
-#include <cstring>
 #include <vector>
 
+#include "bulk_copy.h"
 #include "cuda_check.h"
 #include "grouped_gemm_sm90_ws.cuh"  // the kernels' mbarrier wrappers, cp.async
 #include "read_sink.h"
+#include "tensor_map.h"
 
 using namespace rt_moe;
 
@@ -56,16 +56,6 @@ __device__ __forceinline__ unsigned smid() {
   unsigned id;
   asm volatile("mov.u32 %0, %%smid;" : "=r"(id));
   return id;
-}
-
-// One contiguous copy global -> shared by the copy engine, completing on `bar` with its bytes.
-__device__ __forceinline__ void bulk_load(unsigned dst, const void* src, unsigned bytes,
-                                          unsigned bar) {
-  asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::
-          "r"(dst),
-      "l"(src), "r"(bytes), "r"(bar)
-      : "memory");
 }
 
 // The source of 16-byte chunk `idx` (0..511) of stage `s` of a region.
@@ -188,38 +178,6 @@ void run(const TensorMap& map, const char* w, size_t bytes, int* slots, int4* ou
   }
 }
 
-// The buffer as a [rows, 7168] bf16 matrix with boxes of 64 elements x 64 rows, 128-byte swizzle.
-TensorMap weight_map(void* w, unsigned long long rows) {
-  using Encode =
-      CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
-                   const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
-                   CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-  void* fn = nullptr;
-  cudaDriverEntryPointQueryResult found{};
-  CHECK(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault,
-                                         &found));
-  if (fn == nullptr || found != cudaDriverEntryPointSuccess) {
-    std::fprintf(stderr, "sm_rate: no cuTensorMapEncodeTiled\n");
-    std::exit(1);
-  }
-  CUtensorMap map;
-  const cuuint64_t dims[2] = {kRowBytes / 2, rows};
-  const cuuint64_t strides[1] = {kRowBytes};
-  const cuuint32_t box[2] = {64, kItemRows};
-  const cuuint32_t element_strides[2] = {1, 1};
-  const CUresult r = reinterpret_cast<Encode>(fn)(
-      &map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, w, dims, strides, box, element_strides,
-      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
-      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  if (r != CUDA_SUCCESS) {
-    std::fprintf(stderr, "sm_rate: cuTensorMapEncodeTiled failed (%d)\n", int(r));
-    std::exit(1);
-  }
-  TensorMap out;
-  std::memcpy(&out, &map, sizeof(map));
-  return out;
-}
-
 int main() {
   cudaDeviceProp prop;
   CHECK(cudaGetDeviceProperties(&prop, 0));
@@ -234,7 +192,9 @@ int main() {
   CHECK(cudaMalloc(&out, 1024 * sizeof(int4)));
   CHECK(cudaMemset(w, 0x3c, bytes));
   CHECK(cudaDeviceSynchronize());
-  const TensorMap map = weight_map(w, bytes / kRowBytes);
+  // The buffer as a [rows, 7168] bf16 matrix, boxes of 64 elements x 64 rows.
+  const TensorMap map = bf16_tensor_map(w, kRowBytes / 2, bytes / kRowBytes, kRowBytes, 64,
+                                        kItemRows, CU_TENSOR_MAP_L2_PROMOTION_L2_128B, "sm_rate");
   std::printf("%s, %d SMs; each active block streams %.1f MB in 8 KiB stages\n", prop.name,
               sm_count, kRegion / 1e6);
   long long offset = 0;

@@ -27,6 +27,7 @@
 #include <cstdio>
 #include <vector>
 
+#include "bulk_copy.h"
 #include "cuda_check.h"
 #include "grouped_gemm_sm90_swap.cuh"
 
@@ -46,23 +47,6 @@ struct Shape {
   static constexpr int kSmemBytes = kStages * kStageBytes + 1024 + 64;
   static constexpr int kAccumulators = N / 2;  // fp32 a thread, one slice
 };
-
-__device__ __forceinline__ void bulk_load(unsigned dst, const void* src, unsigned bytes,
-                                          unsigned bar) {
-  asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::
-          "r"(dst),
-      "l"(src), "r"(bytes), "r"(bar)
-      : "memory");
-}
-__device__ __forceinline__ void bulk_load_multicast(unsigned dst, const void* src, unsigned bytes,
-                                                    unsigned bar) {
-  asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
-      " [%0], [%1], %2, [%3], %4;" ::"r"(dst),
-      "l"(src), "r"(bytes), "r"(bar), "h"((unsigned short)3)
-      : "memory");
-}
 
 template <int N>
 __device__ __forceinline__ void mma(float* acc, unsigned weights, unsigned tokens) {
