@@ -176,6 +176,8 @@ void run(const TensorMap& map, const char* w, size_t bytes, int* slots, int4* ou
           ms[1] * 1e3, gb / s / sms, gb / s);
     }
   }
+  CHECK(cudaEventDestroy(start));
+  CHECK(cudaEventDestroy(stop));
 }
 
 int main() {
