@@ -58,17 +58,21 @@ __device__ __forceinline__ unsigned smid() {
   return id;
 }
 
-// The source of 16-byte chunk `idx` (0..511) of stage `s` of a region.
-template <int COPY>
+// The source of 16-byte chunk `idx` (0..511) of stage `s` of a region. Stripes of WIDTH bytes: a
+// stage is WIDTH bytes of each of 8192 / WIDTH rows (128: the decode tile's 64 rows x 128 bytes),
+// an item those rows' whole length (14336 / WIDTH stages), the region 8 x 64 rows whatever WIDTH.
+template <int COPY, int WIDTH>
 __device__ __forceinline__ const char* chunk_src(const char* region, int s, int idx) {
   if (COPY == kCpAsync) return region + (long long)s * kStageBytes + idx * 16;
-  const int item = s / kItemSteps, k = s % kItemSteps;
-  return region + item * kItemBytes + (long long)(idx / 8) * kRowBytes + k * 128 + idx % 8 * 16;
+  constexpr int rows = kStageBytes / WIDTH, steps = kRowBytes / WIDTH, chunks = WIDTH / 16;
+  const int item = s / steps, k = s % steps;
+  return region + (long long)item * rows * kRowBytes + (long long)(idx / chunks) * kRowBytes +
+         k * WIDTH + idx % chunks * 16;
 }
 
 // `map`: the buffer as a [rows, 7168] bf16 matrix, boxes of 64 elements x 64 rows (kBox); `row0`:
 // the launch's first row (its byte offset in `w` / kRowBytes).
-template <int COPY, int STAGES>
+template <int COPY, int STAGES, int WIDTH>
 __global__ void __launch_bounds__(kThreads)
     sm_stream(const __grid_constant__ TensorMap map, const char* w, long long row0, int sms,
               int per_sm, int* slots, int4* out) {
@@ -90,7 +94,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int j = 0; j < kStageBytes / 16 / kThreads; ++j) {
         const int idx = tid + j * kThreads;
-        cp_async_16(st + swizzle_128b(idx / 8, idx % 8), chunk_src<COPY>(region, s, idx), true);
+        cp_async_16(st + swizzle_128b(idx / 8, idx % 8), chunk_src<COPY, WIDTH>(region, s, idx), true);
       }
     };
 #pragma unroll 1
@@ -135,17 +139,19 @@ __global__ void __launch_bounds__(kThreads)
   sink(acc, out);
 }
 
-template <int COPY, int STAGES>
+template <int COPY, int STAGES, int WIDTH = 128>
 void run(const TensorMap& map, const char* w, size_t bytes, int* slots, int4* out, int sm_count,
-         long long& offset) {
-  auto kernel = sm_stream<COPY, STAGES>;
+         long long& offset, int min_sms = 8) {
+  static_assert(kRowBytes % WIDTH == 0 && kStageBytes % WIDTH == 0 && WIDTH % 128 == 0, "stripes");
+  static_assert(COPY == kCpAsyncStripes || WIDTH == 128, "other widths by cp.async only");
+  auto kernel = sm_stream<COPY, STAGES, WIDTH>;
   CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
   cudaEvent_t start, stop;
   CHECK(cudaEventCreate(&start));
   CHECK(cudaEventCreate(&stop));
   const long long span = 2ll * sm_count * kRegion;  // every block's region, active or not
   for (int sms : {8, 33, 66, 132}) {
-    if (sms > sm_count) continue;
+    if (sms > sm_count || sms < min_sms) continue;
     for (int per_sm : {1, 2}) {
       std::vector<float> ms;
       int active = 0;
@@ -170,9 +176,9 @@ void run(const TensorMap& map, const char* w, size_t bytes, int* slots, int4* ou
       std::sort(ms.begin(), ms.end());
       const double gb = double(active) * kRegion / 1e9, s = ms[1] * 1e-3;
       std::printf(
-          "%-14s %2d stages (%3d KiB in flight a block)  SMs %3d x %d (%3d blocks): "
+          "%-14s %4d B %2d stages (%3d KiB in flight a block)  SMs %3d x %d (%3d blocks): "
           "%7.1f us, %6.1f GB/s an SM, %7.0f GB/s in all\n",
-          kCopyNames[COPY], STAGES, (STAGES - 1) * kStageBytes / 1024, sms, per_sm, active,
+          kCopyNames[COPY], COPY == kCpAsyncStripes ? WIDTH : 8192, STAGES, (STAGES - 1) * kStageBytes / 1024, sms, per_sm, active,
           ms[1] * 1e3, gb / s / sms, gb / s);
     }
   }
@@ -204,6 +210,12 @@ int main() {
   run<kBox, 8>(map, w, bytes, slots, out, sm_count, offset);
   run<kCpAsync, 8>(map, w, bytes, slots, out, sm_count, offset);
   run<kBulk, 8>(map, w, bytes, slots, out, sm_count, offset);
+  // 57c: wider stripes (fewer rows a stage, more bytes of each), as a tile of BLOCK_K 128, 256 or
+  // 512 would read them, against the 128-byte stripes above and the contiguous stages.
+  run<kCpAsyncStripes, 8, 256>(map, w, bytes, slots, out, sm_count, offset, 33);
+  run<kCpAsyncStripes, 8, 512>(map, w, bytes, slots, out, sm_count, offset, 33);
+  run<kCpAsyncStripes, 8, 1024>(map, w, bytes, slots, out, sm_count, offset, 33);
+  run<kCpAsyncStripes, 8, 128>(map, w, bytes, slots, out, sm_count, offset, 33);
   run<kCpAsyncStripes, 12>(map, w, bytes, slots, out, sm_count, offset);
   run<kBox, 12>(map, w, bytes, slots, out, sm_count, offset);
   run<kCpAsyncStripes, 4>(map, w, bytes, slots, out, sm_count, offset);
