@@ -94,7 +94,8 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int j = 0; j < kStageBytes / 16 / kThreads; ++j) {
         const int idx = tid + j * kThreads;
-        cp_async_16(st + swizzle_128b(idx / 8, idx % 8), chunk_src<COPY, WIDTH>(region, s, idx), true);
+        cp_async_16(st + swizzle_128b(idx / 8, idx % 8), chunk_src<COPY, WIDTH>(region, s, idx),
+                    true);
       }
     };
 #pragma unroll 1
@@ -178,8 +179,9 @@ void run(const TensorMap& map, const char* w, size_t bytes, int* slots, int4* ou
       std::printf(
           "%-14s %4d B %2d stages (%3d KiB in flight a block)  SMs %3d x %d (%3d blocks): "
           "%7.1f us, %6.1f GB/s an SM, %7.0f GB/s in all\n",
-          kCopyNames[COPY], COPY == kCpAsyncStripes ? WIDTH : 8192, STAGES, (STAGES - 1) * kStageBytes / 1024, sms, per_sm, active,
-          ms[1] * 1e3, gb / s / sms, gb / s);
+          kCopyNames[COPY], COPY == kCpAsyncStripes ? WIDTH : 8192, STAGES,
+          (STAGES - 1) * kStageBytes / 1024, sms, per_sm, active, ms[1] * 1e3, gb / s / sms,
+          gb / s);
     }
   }
   CHECK(cudaEventDestroy(start));
