@@ -129,6 +129,12 @@
 #                                                        to 64 tokens copy no token rows) against
 #                                                        A at DeepSeek-V3 bf16 T = 512 and 1024,
 #                                                        with the power readings, no --check
+#   docs/experiments/issue6_runs.sh wide BUILD [ds]      58e: the fused tile in stages of 256 bytes
+#                                                        a weight row (branch wide-k; s4, s5) in
+#                                                        turns with the default at DeepSeek-V3
+#                                                        (and gpumode, not with `ds`) T = 1 and
+#                                                        8, bf16, --check; then the fused tiles'
+#                                                        GPU case
 #   docs/experiments/issue6_runs.sh carveout BUILD [big] 57a: every kernel's preferred shared-memory
 #                                                        carveout the SM's whole (RT_MOE_SMEM_
 #                                                        CARVEOUT=100, a build of branch carveout)
@@ -223,7 +229,7 @@ in_turns() {  # TILE...: each TILE in turns with the default at DeepSeek-V3 and 
   local preset tile
   local pins=()
   for tile in "$@"; do pins+=(--compare-tile "$tile"); done
-  for preset in deepseek-v3 gpumode-moe; do
+  for preset in ${turn_presets:-deepseek-v3 gpumode-moe}; do
     bench "$preset" --preset "$preset" --dtype bf16 --tokens 1,8,1,8 --check \
       --no-launch-timing --iters 40 "${pins[@]}"
   done
@@ -359,6 +365,12 @@ case "$mode" in
     gpu_tests fused 300 "every fused decode tile matches*"
     ab ds "$a" "$build" --preset deepseek-v3 --dtype bf16 --tokens 1,8 --check
     ab gm "$a" "$build" --preset gpumode-moe --dtype bf16 --tokens 1,8 --check
+    ;;
+  wide)  # PERF.md 58: the fused tile in stages of 256 bytes a weight row (a build of branch
+    # wide-k): each wide tile in turns with the default, then the fused tiles' GPU case
+    [[ "${3:-}" == ds ]] && turn_presets=deepseek-v3
+    in_turns "fused 16x64x128 w1x4 s4 sdl sp2" "fused 16x64x128 w1x4 s5 sdl sp2"
+    gpu_tests fused 200 "every fused decode tile matches*"
     ;;
   rate)  # PERF.md 55: the weight stream over time at T = 1 (23-word traces, a build of tail_help.patch)
     rate_traces "fused 16x64x64 w1x4 s8 sdl sp4" "fused 16x64x64 w1x4 s8 sdl"

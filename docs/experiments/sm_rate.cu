@@ -212,7 +212,7 @@ int main() {
   run<kBox, 8>(map, w, bytes, slots, out, sm_count, offset);
   run<kCpAsync, 8>(map, w, bytes, slots, out, sm_count, offset);
   run<kBulk, 8>(map, w, bytes, slots, out, sm_count, offset);
-  // 57c: wider stripes (fewer rows a stage, more bytes of each), as a tile of BLOCK_K 128, 256 or
+  // 58c: wider stripes (fewer rows a stage, more bytes of each), as a tile of BLOCK_K 128, 256 or
   // 512 would read them, against the 128-byte stripes above and the contiguous stages.
   run<kCpAsyncStripes, 8, 256>(map, w, bytes, slots, out, sm_count, offset, 33);
   run<kCpAsyncStripes, 8, 512>(map, w, bytes, slots, out, sm_count, offset, 33);
