@@ -179,7 +179,7 @@ void run(const TensorMap& map, const char* w, size_t bytes, int* slots, int4* ou
       std::printf(
           "%-14s %4d B %2d stages (%3d KiB in flight a block)  SMs %3d x %d (%3d blocks): "
           "%7.1f us, %6.1f GB/s an SM, %7.0f GB/s in all\n",
-          kCopyNames[COPY], COPY == kCpAsyncStripes ? WIDTH : 8192, STAGES,
+          kCopyNames[COPY], COPY == kCpAsync || COPY == kBulk ? kStageBytes : WIDTH, STAGES,
           (STAGES - 1) * kStageBytes / 1024, sms, per_sm, active, ms[1] * 1e3, gb / s / sms,
           gb / s);
     }
@@ -213,7 +213,8 @@ int main() {
   run<kCpAsync, 8>(map, w, bytes, slots, out, sm_count, offset);
   run<kBulk, 8>(map, w, bytes, slots, out, sm_count, offset);
   // 58c: wider stripes (fewer rows a stage, more bytes of each), as a tile of BLOCK_K 128, 256 or
-  // 512 would read them, against the 128-byte stripes above and the contiguous stages.
+  // 512 would read them, against the contiguous stages above; the 128-byte stripes again after
+  // them, so that a drift of the machine's rate between the runs shows.
   run<kCpAsyncStripes, 8, 256>(map, w, bytes, slots, out, sm_count, offset, 33);
   run<kCpAsyncStripes, 8, 512>(map, w, bytes, slots, out, sm_count, offset, 33);
   run<kCpAsyncStripes, 8, 1024>(map, w, bytes, slots, out, sm_count, offset, 33);
