@@ -39,11 +39,14 @@
 
 namespace rt_moe {
 
-template <typename D, int H, int I, int E, int S, int K, int BLOCK_N, int WARPS_N, int STAGES,
-          bool SHARED_DOWN_LAST, int DOWN_PARTS, int SHARED_PARTS, typename Y = float>
+// BLOCK_K: 64, or 128 for stages of 256 bytes of each weight row (GroupedGemmSm80's wide stages).
+template <typename D, int H, int I, int E, int S, int K, int BLOCK_N, int BLOCK_K, int WARPS_N,
+          int STAGES, bool SHARED_DOWN_LAST, int DOWN_PARTS, int SHARED_PARTS, typename Y = float>
 struct GroupedGemmDecode {
-  using GateUp = GroupedGemmSm80<D, H, I, E, S, K, kGateUp, 16, BLOCK_N, 64, 1, WARPS_N, STAGES>;
-  using Down = GroupedGemmSm80<D, H, I, E, S, K, kDown, 16, BLOCK_N, 64, 1, WARPS_N, STAGES, Y>;
+  using GateUp =
+      GroupedGemmSm80<D, H, I, E, S, K, kGateUp, 16, BLOCK_N, BLOCK_K, 1, WARPS_N, STAGES>;
+  using Down =
+      GroupedGemmSm80<D, H, I, E, S, K, kDown, 16, BLOCK_N, BLOCK_K, 1, WARPS_N, STAGES, Y>;
   static constexpr int kThreads = GateUp::kThreads;
   static constexpr int kSmemBytes =
       GateUp::kSmemBytes > Down::kSmemBytes ? GateUp::kSmemBytes : Down::kSmemBytes;

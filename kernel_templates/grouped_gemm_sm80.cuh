@@ -3,7 +3,12 @@
 // Tiling: a block computes BLOCK_M rows x BLOCK_N columns of one expert, K in steps of BLOCK_K.
 // WARPS_M x WARPS_N warps each own a (BLOCK_M / WARPS_M) x (BLOCK_N / WARPS_N) tile of
 // m16n8k16 fragments. Pipeline: STAGES-deep cp.async ring of A and B tiles in shared memory, fed
-// by TileLoader (tile_loader.cuh: swizzled 128-byte rows, zero-filled tails).
+// by TileLoader (tile_loader.cuh: swizzled 128-byte rows, zero-filled tails). BLOCK_K is 64 or a
+// multiple of it: a stage then holds BLOCK_K / 64 of TileLoader's 64-wide A and B tiles, so that
+// each weight row's BLOCK_K * 2 bytes are asked for together (the fused decode tile's wide
+// stripes: 256 bytes of each row stream ~4% faster than 128 from HBM, docs/PERF.md 58c), in the
+// same order of K steps as 64-wide stages (the same sums, bit for bit, without K parts). A K tail
+// past the last 64-wide tile is zero-filled like any other.
 //
 // Modes:
 //   kGateUp: A = x rows gathered through sorted_rows (pair / (k + S) is the token; no permuted copy
@@ -40,10 +45,16 @@ struct GroupedGemmSm80 {
   static constexpr int kFragsN = kWarpN / 8;
   using Loader = TileLoader<H, I, E, kSlots, MODE, BLOCK_M, BLOCK_N, kThreads, kWarpN>;
   static constexpr int kTileABytes = Loader::kTileABytes;
-  static constexpr int kStageBytes = Loader::kTileABytes + Loader::kTileBBytes;
+  // 64-wide tiles a stage (the loader's), each its A tile then its B tile.
+  static constexpr int kSubTiles = BLOCK_K / Loader::kBlockK;
+  static constexpr int kSubBytes = Loader::kTileABytes + Loader::kTileBBytes;
+  static constexpr int kStageBytes = kSubTiles * kSubBytes;
   static constexpr int kSmemBytes = STAGES * kStageBytes;
+  // K steps of BLOCK_K (the last one's tail zero-filled).
+  static constexpr int kSteps = (Loader::kTiles + kSubTiles - 1) / kSubTiles;
 
-  static_assert(BLOCK_K == Loader::kBlockK, "the swizzle assumes 128-byte rows (64 elements)");
+  static_assert(BLOCK_K % Loader::kBlockK == 0 && BLOCK_K >= Loader::kBlockK,
+                "the swizzle assumes 128-byte rows (64 elements): BLOCK_K a multiple of 64");
   static_assert(kWarpM % 16 == 0, "BLOCK_M / WARPS_M must be a multiple of the mma's 16 rows");
   static_assert(kWarpN % 16 == 0, "BLOCK_N / WARPS_N must be a multiple of 16 (ldmatrix.x4 of B)");
   static_assert(MODE != kGateUp || kFragsN % 2 == 0, "gate and up halves need whole fragments");
@@ -118,9 +129,12 @@ struct GroupedGemmSm80 {
     const ExpertWeights w = block_weights<E, H, MODE>(p, block_m, BLOCK_M, once);
     const Loader loader(p, w, m0, n_block, tid, once);
     const unsigned smem_base = smem_address(smem);
-    auto load_stage = [&](int stage, int k_tile) {
-      const unsigned a_smem = smem_base + stage * kStageBytes;
-      loader.load(a_smem, a_smem + kTileABytes, k_tile);
+    auto load_stage = [&](int stage, int k_step) {
+#pragma unroll
+      for (int sub = 0; sub < kSubTiles; ++sub) {
+        const unsigned a_smem = smem_base + stage * kStageBytes + sub * kSubBytes;
+        loader.load(a_smem, a_smem + kTileABytes, k_step * kSubTiles + sub);
+      }
     };
 
     float acc[kFragsM][kFragsN][4];
@@ -131,12 +145,11 @@ struct GroupedGemmSm80 {
 #pragma unroll
         for (int v = 0; v < 4; ++v) acc[mi][ni][v] = 0.f;
 
-    // K tiles [k0, k0 + tiles): all of them, or the router's part blockIdx.z of gridDim.z, or
+    // K steps [k0, k0 + tiles): all of them, or the router's part blockIdx.z of gridDim.z, or
     // part `part` of PARTS.
-    const int k0 = MODE == kRouter ? int(blockIdx.z * Loader::kTiles / gridDim.z)
-                                   : part * Loader::kTiles / PARTS;
-    const int tiles = MODE == kRouter ? int((blockIdx.z + 1) * Loader::kTiles / gridDim.z) - k0
-                                      : (part + 1) * Loader::kTiles / PARTS - k0;
+    const int k0 = MODE == kRouter ? int(blockIdx.z * kSteps / gridDim.z) : part * kSteps / PARTS;
+    const int tiles = MODE == kRouter ? int((blockIdx.z + 1) * kSteps / gridDim.z) - k0
+                                      : (part + 1) * kSteps / PARTS - k0;
     // Gate/up's K parts: whether this thread's fragment rows (lane / 4 and lane / 4 + 8) hold
     // live pairs, loaded now so that the loads' latency passes under the main loop.
     bool live_rows = true;
@@ -166,32 +179,35 @@ struct GroupedGemmSm80 {
       if (kt + STAGES - 1 < tiles) load_stage((kt + STAGES - 1) % STAGES, k0 + kt + STAGES - 1);
       cp_async_commit();
 
-      const unsigned a_smem = smem_base + (kt % STAGES) * kStageBytes;
-      const unsigned b_smem = a_smem + kTileABytes;
 #pragma unroll
-      for (int ks = 0; ks < BLOCK_K / 16; ++ks) {
-        unsigned a_frag[kFragsM][4];
-        unsigned b_frag[kFragsN][2];
+      for (int sub = 0; sub < kSubTiles; ++sub) {
+        const unsigned a_smem = smem_base + (kt % STAGES) * kStageBytes + sub * kSubBytes;
+        const unsigned b_smem = a_smem + kTileABytes;
 #pragma unroll
-        for (int mi = 0; mi < kFragsM; ++mi) {
-          int row = warp_m * kWarpM + mi * 16 + lane % 16;
-          ldmatrix_x4(a_frag[mi], a_smem + swizzle(row, ks * 2 + lane / 16));
+        for (int ks = 0; ks < Loader::kBlockK / 16; ++ks) {
+          unsigned a_frag[kFragsM][4];
+          unsigned b_frag[kFragsN][2];
+#pragma unroll
+          for (int mi = 0; mi < kFragsM; ++mi) {
+            int row = warp_m * kWarpM + mi * 16 + lane % 16;
+            ldmatrix_x4(a_frag[mi], a_smem + swizzle(row, ks * 2 + lane / 16));
+          }
+#pragma unroll
+          for (int nj = 0; nj < kFragsN / 2; ++nj) {
+            int row = warp_n * kWarpN + nj * 16 + (lane / 16) * 8 + lane % 8;
+            unsigned r[4];
+            ldmatrix_x4(r, b_smem + swizzle(row, ks * 2 + (lane / 8) % 2));
+            b_frag[2 * nj][0] = r[0];
+            b_frag[2 * nj][1] = r[1];
+            b_frag[2 * nj + 1][0] = r[2];
+            b_frag[2 * nj + 1][1] = r[3];
+          }
+#pragma unroll
+          for (int mi = 0; mi < kFragsM; ++mi)
+#pragma unroll
+            for (int ni = 0; ni < kFragsN; ++ni)
+              DTypeOps<D>::mma(acc[mi][ni], a_frag[mi], b_frag[ni]);
         }
-#pragma unroll
-        for (int nj = 0; nj < kFragsN / 2; ++nj) {
-          int row = warp_n * kWarpN + nj * 16 + (lane / 16) * 8 + lane % 8;
-          unsigned r[4];
-          ldmatrix_x4(r, b_smem + swizzle(row, ks * 2 + (lane / 8) % 2));
-          b_frag[2 * nj][0] = r[0];
-          b_frag[2 * nj][1] = r[1];
-          b_frag[2 * nj + 1][0] = r[2];
-          b_frag[2 * nj + 1][1] = r[3];
-        }
-#pragma unroll
-        for (int mi = 0; mi < kFragsM; ++mi)
-#pragma unroll
-          for (int ni = 0; ni < kFragsN; ++ni)
-            DTypeOps<D>::mma(acc[mi][ni], a_frag[mi], b_frag[ni]);
       }
     }
     cp_async_wait<0>();

@@ -74,6 +74,8 @@ struct TileLoader {
     return swizzle_128b(row, chunk);
   }
 
+  // The rows this thread copies from; null for a row that is only zero-filled (so offsets from
+  // them go through row_at, common.cuh).
   const unsigned short* a_rows[kItersA];
   const unsigned short* b_rows[kItersB];
   const unsigned short* fallback;  // a valid address for the zero-filling copies
@@ -134,7 +136,7 @@ struct TileLoader {
     for (int j = 0; j < kItersA; ++j) {
       const int r = (tid + j * THREADS) / kChunksPerRow;
       const bool ok = k_ok && a_rows[j] != nullptr;
-      cp_async_16(a_smem + swizzle_128b(r, chunk), ok ? a_rows[j] + k : fallback, ok);
+      cp_async_16(a_smem + swizzle_128b(r, chunk), ok ? row_at(a_rows[j], k) : fallback, ok);
     }
 #pragma unroll
     for (int j = 0; j < kItersB; ++j) {
@@ -142,9 +144,9 @@ struct TileLoader {
       const bool ok = k_ok && b_rows[j] != nullptr;
       const unsigned dst = b_smem + swizzle_128b(r, chunk);
       if (weights_once) {
-        cp_async_16_hint(dst, ok ? b_rows[j] + k : fallback, ok, policy);
+        cp_async_16_hint(dst, ok ? row_at(b_rows[j], k) : fallback, ok, policy);
       } else {
-        cp_async_16(dst, ok ? b_rows[j] + k : fallback, ok);
+        cp_async_16(dst, ok ? row_at(b_rows[j], k) : fallback, ok);
       }
     }
   }

@@ -72,10 +72,11 @@ GemmTile gemv_tile(int rows, int warps, int stages) {
   return t;
 }
 
-// A fused decode tile (grouped_gemm_decode.cuh): 16 rows, `block_n` B rows, `warps` warps.
+// A fused decode tile (grouped_gemm_decode.cuh): 16 rows, `block_n` B rows, `warps` warps,
+// stages of `block_k` (64, or 128: 256 bytes of each weight row a stage).
 GemmTile fused_tile(int block_n, int warps, int stages, bool shared_down_last = false,
-                    int down_parts = 1, int shared_parts = 1) {
-  GemmTile t{kFusedBlockM, block_n, 64, 1, warps, stages, 80};
+                    int down_parts = 1, int shared_parts = 1, int block_k = 64) {
+  GemmTile t{kFusedBlockM, block_n, block_k, 1, warps, stages, 80};
   t.fused = true;
   t.shared_down_last = shared_down_last;
   t.split = down_parts;
@@ -174,12 +175,19 @@ std::vector<GemmTile> candidate_tiles(const MoeConfig& c, long long max_tokens,
   // The GEMV re-reads the weights (from L2) for every row block of an expert: a candidate while
   // the average expert fills one or two blocks. The fused decode kernel: one stream of weights.
   if (rows_per_expert(c, max_tokens) <= 16) {
-    space.insert(space.end(), {fused_tile(64, 4, 8), fused_tile(64, 4, 10), fused_tile(128, 4, 4),
+    // The default (stages of 128, default_tile) and those it replaced (stages of 64).
+    space.insert(space.end(), {fused_tile(64, 4, 4, true, 1, 1, 128), fused_tile(64, 4, 8),
+                               fused_tile(64, 4, 10), fused_tile(128, 4, 4),
                                fused_tile(64, 4, 8, true), fused_tile(64, 4, 8, true, 2)});
     // The shared expert's gate/up tiles in K parts: more blocks stream while the routing runs.
     if (c.n_shared_experts > 0) {
       space.insert(space.end(),
                    {fused_tile(64, 4, 8, true, 1, 2), fused_tile(64, 4, 8, true, 1, 4)});
+      // Stages of 256 bytes of each weight row (128 stream ~4% under contiguous bytes on an
+      // H100, 256 within 0-1%: docs/PERF.md 58c), 4 or 5 of them (48 or 64 KiB of weights in
+      // flight where the default has 56; 80 or 100 KiB a block: two blocks an SM still fit).
+      space.insert(space.end(),
+                   {fused_tile(64, 4, 4, true, 1, 2, 128), fused_tile(64, 4, 5, true, 1, 2, 128)});
     }
     for (int warps : {4, 8}) {
       for (int stages : {1, 2}) {
@@ -209,8 +217,9 @@ std::vector<GemmTile> candidate_tiles(const MoeConfig& c, long long max_tokens,
 GemmTile default_tile(const MoeConfig& c, long long max_tokens, const std::string& arch) {
   const long long rows = rows_per_expert(c, max_tokens);
   // Up to 16 rows: a stream of weight bytes. Up to 64 tokens, both GEMMs in one kernel
-  // (grouped_gemm_decode.cuh); past that, and up to 16 rows, two kernels of the same tile: 16 x 64,
-  // 8 stages (56 KB of weights in flight a block, two blocks an SM). H200, 2026-12-02, one call
+  // (grouped_gemm_decode.cuh); past that, and up to 16 rows, two kernels of the tile the fused one
+  // had then: 16 x 64, 8 stages of 64 (56 KB of weights in flight a block, two blocks an SM).
+  // H200, 2026-12-02, one call
   // (docs/PERF.md 10a), fused against two kernels: DeepSeek-V3 T = 1 0.1945 against 0.2139 ms,
   // 8 1.1928 / 1.2086, 64 4.4677 / 4.4711, but 128 5.0013 / 4.9611 and 256 5.2132 / 5.1628;
   // gpumode T = 1 0.1171 / 0.1405, 8 0.3993 / 0.4077, 64 0.6759 / 0.6791. The shared expert's
@@ -224,7 +233,11 @@ GemmTile default_tile(const MoeConfig& c, long long max_tokens, const std::strin
     // the routing runs. H200, in turns with sp4 (docs/PERF.md 45a), DeepSeek-V3 T = 1 bf16:
     // whole tiles 1.009 / 1.008 x sp4, sp2 0.995 / 0.990; fp16 1.023 and 1.001; gpumode T = 1
     // 1.028 and 0.998; T = 8 whole 1.002-1.010, sp2 0.997-1.001.
-    GemmTile t = fused_tile(64, 4, 8, true);
+    // Stages of 128 (256 bytes of each weight row, 4 of them: 48 KiB of weights in flight a
+    // block), against the 8 stages of 64 before them: H100, in turns (docs/PERF.md 59b),
+    // DeepSeek-V3 T = 1 0.980 / 0.981, T = 8 0.977 / 0.977; gpumode 0.978 / 0.980 and 0.976 /
+    // 0.976 (both sp2).
+    GemmTile t = fused_tile(64, 4, 4, true, 1, 1, 128);
     const long long shared_items = c.n_shared_experts *
                                    ((max_tokens + kFusedBlockM - 1) / kFusedBlockM) *
                                    gate_up_col_blocks(c, t.block_n);
@@ -383,13 +396,13 @@ KernelSpec gemm_spec(const MoeConfig& c, GemmStage stage, const GemmTile& t) {
   const std::string down_y = stage == GemmStage::kDown ? y_argument(c) : "";
   if (t.fused) {
     // One kernel for both stages: the plan launches it once (runtime.cpp).
-    return {
-        "grouped_gemm_decode", "grouped_gemm_decode.cuh",
-        fmt::format("rt_moe::GroupedGemmDecode<{}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}{}>",
-                    dtype_tag(c.dtype), c.d_hidden, c.d_expert, c.n_routed_experts,
-                    c.n_shared_experts, c.top_k, t.block_n, t.warps_n, t.stages, t.shared_down_last,
-                    t.split, t.shared_parts, y_argument(c)),
-        "rt_moe::DecodeParams"};
+    return {"grouped_gemm_decode", "grouped_gemm_decode.cuh",
+            fmt::format(
+                "rt_moe::GroupedGemmDecode<{}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}{}>",
+                dtype_tag(c.dtype), c.d_hidden, c.d_expert, c.n_routed_experts, c.n_shared_experts,
+                c.top_k, t.block_n, t.block_k, t.warps_n, t.stages, t.shared_down_last, t.split,
+                t.shared_parts, y_argument(c)),
+            "rt_moe::DecodeParams"};
   }
   if (t.gemv) {
     KernelSpec spec{"grouped_gemv", "grouped_gemv.cuh",

@@ -299,7 +299,7 @@ TEST_CASE("decode buckets default to the fused GEMM, the GEMV is a candidate, ne
     // The shared expert's 64 gate/up tiles a row block of 16 tokens in 2 K parts (128 items);
     // at 64 tokens its 256 tiles whole.
     CHECK(tile.describe() ==
-          (tokens <= 16 ? "fused 16x64x64 w1x4 s8 sdl sp2" : "fused 16x64x64 w1x4 s8 sdl"));
+          (tokens <= 16 ? "fused 16x64x128 w1x4 s4 sdl sp2" : "fused 16x64x128 w1x4 s4 sdl"));
     // One kernel for both stages.
     CHECK(gemm_spec(c, GemmStage::kGateUp, tile).source() ==
           gemm_spec(c, GemmStage::kDown, tile).source());
@@ -310,13 +310,13 @@ TEST_CASE("decode buckets default to the fused GEMM, the GEMV is a candidate, ne
   CHECK_FALSE(default_tile(c, 512, "sm_90a").fused);
   // Every fused candidate compiles, and none is offered past 16 rows an expert. The K-half tile
   // ("k2", fp32 atomics into y) is one only with fp32 y; the shared gate/up tiles in K parts
-  // ("sp2", "sp4") only with a shared expert.
+  // ("sp2", "sp4") and the wide stages of 128 in sp2 only with a shared expert.
   for (YDType y : {YDType::kF16, YDType::kF32}) {
     for (int shared : {0, 1}) {
       MoeConfig cy = c;
       cy.y_dtype = y;
       cy.n_shared_experts = shared;
-      int fused_tiles = 0, k2_tiles = 0, sp_tiles = 0;
+      int fused_tiles = 0, k2_tiles = 0, sp_tiles = 0, wide_tiles = 0;
       for (const GemmTile& tile : candidate_tiles(cy, 64, "sm_90a", 227 * 1024)) {
         if (!tile.fused) continue;
         ++fused_tiles;
@@ -326,16 +326,23 @@ TEST_CASE("decode buckets default to the fused GEMM, the GEMV is a candidate, ne
         INFO(spec.name());
         CHECK(spec.family == "grouped_gemm_decode");
         CHECK(is_elf(compile_for_sm90a(spec)));
-        if (tile.shared_parts > 1) {
+        if (tile.block_k == 128) {
+          ++wide_tiles;
+          const std::string sp = tile.shared_parts > 1 ? " sp2" : "";
+          CHECK(tile.describe() == fmt::format("fused 16x64x128 w1x4 s{} sdl{}", tile.stages, sp));
+          CHECK(spec.name().find(fmt::format(", 64, 128, 4, {}, true, 1, {}", tile.stages,
+                                             tile.shared_parts)) != std::string::npos);
+        } else if (tile.shared_parts > 1) {
           CHECK(tile.describe() ==
                 fmt::format("fused 16x64x64 w1x4 s8 sdl sp{}", tile.shared_parts));
-          CHECK(spec.name().find(fmt::format(", true, 1, {}", tile.shared_parts)) !=
+          CHECK(spec.name().find(fmt::format(", 64, 64, 4, 8, true, 1, {}", tile.shared_parts)) !=
                 std::string::npos);
         }
       }
       CHECK(k2_tiles == (y == YDType::kF32 ? 1 : 0));
-      CHECK(sp_tiles == 2 * shared);
-      CHECK(fused_tiles == 4 + k2_tiles + sp_tiles);
+      CHECK(wide_tiles == 1 + 2 * shared);
+      CHECK(sp_tiles == 4 * shared);
+      CHECK(fused_tiles == 5 + k2_tiles + sp_tiles);
     }
   }
   for (const GemmTile& tile : candidate_tiles(c, 512, "sm_90a", 227 * 1024)) {

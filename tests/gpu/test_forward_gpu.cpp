@@ -696,7 +696,7 @@ TEST_CASE("every fused decode tile matches the reference (odd shapes, S = 0 and 
   for (const GemmTile& t : candidate_tiles(deepseek, 8, "sm_90a", 227 * 1024)) {
     if (t.fused) tiles.push_back(t);
   }
-  REQUIRE(tiles.size() == 7);
+  REQUIRE(tiles.size() == 10);
   for (const GemmTile& t : tiles) {
     const std::string tile = t.describe();
     for (std::int64_t shared : {0, 2}) {
@@ -712,6 +712,20 @@ TEST_CASE("every fused decode tile matches the reference (odd shapes, S = 0 and 
         if (shared == 0) f.check(40, 790, tile.c_str());  // S = 2: past 16 rows an expert
         if (t.shared_parts > 1) f.check(1, 801, tile.c_str());
       }
+    }
+  }
+}
+
+TEST_CASE("the wide fused tiles (stages of BLOCK_K 128) at DeepSeek-V3's H and I", "[forward]") {
+  // The odd shapes above run them with a few K steps; DeepSeek-V3's gate/up has 56 of them (28 a
+  // shared part), down 16. E = 16 first, then the whole layer (E = 256, T = 1 and 8).
+  for (const char* tile : {"fused 16x64x128 w1x4 s4 sdl sp2", "fused 16x64x128 w1x4 s5 sdl sp2"}) {
+    for (std::int64_t experts : {16, 256}) {
+      RuntimeOptions options;
+      options.tile = tile;
+      Fixture f(make_config(7168, 2048, experts, 1, 8, DType::kBF16), 97 + experts, options);
+      INFO(tile << ", E = " << experts);
+      for (std::int64_t tokens : {1, 8}) f.check(tokens, 810 + tokens, tile);
     }
   }
 }
