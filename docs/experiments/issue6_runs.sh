@@ -131,7 +131,7 @@
 #                                                        with the power readings, no --check
 #   docs/experiments/issue6_runs.sh wide BUILD [ds]      58e, 59b: the fused tile in stages of 256
 #                                                        bytes a weight row (s4, the default since
-#                                                        9de6277, and s5) in turns with the
+#                                                        e490447, and s5) in turns with the
 #                                                        default at DeepSeek-V3
 #                                                        (and gpumode, not with `ds`) T = 1 and
 #                                                        8, bf16, --check; then the fused tiles'
@@ -368,7 +368,7 @@ case "$mode" in
     ab gm "$a" "$build" --preset gpumode-moe --dtype bf16 --tokens 1,8 --check
     ;;
   wide)  # PERF.md 58e, 59b: the fused tile in stages of 256 bytes a weight row: each tile in
-    # turns with the default, then the fused tiles' GPU case. Since 9de6277 the default is s4
+    # turns with the default, then the fused tiles' GPU case. Since e490447 the default is s4
     # (sp2), so the stages of 64 it replaced and s5 are the turns; before it (59b's build), s4, s5.
     [[ "${3:-}" == ds ]] && turn_presets=deepseek-v3
     in_turns "fused 16x64x64 w1x4 s8 sdl sp2" "fused 16x64x128 w1x4 s5 sdl sp2"
