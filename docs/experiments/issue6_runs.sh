@@ -136,6 +136,13 @@
 #                                                        (and gpumode, not with `ds`) T = 1 and
 #                                                        8, bf16, --check; then the fused tiles'
 #                                                        GPU case
+#   docs/experiments/issue6_runs.sh flags BUILD A        59e: TileLoader's row flags (BUILD, branch
+#                                                        loader-flags) against A (main's row_at):
+#                                                        the wide tiles' DeepSeek-V3 case and the
+#                                                        fused tiles' case on BUILD, then
+#                                                        scripts/ab_bench A BUILD at DeepSeek-V3
+#                                                        and gpumode T = 1, 8, 64 and DeepSeek-V3
+#                                                        T = 256 (the two-kernel sm80 tile), bf16
 #   docs/experiments/issue6_runs.sh carveout BUILD [big] 57a: every kernel's preferred shared-memory
 #                                                        carveout the SM's whole (RT_MOE_SMEM_
 #                                                        CARVEOUT=100, a build of branch carveout)
@@ -394,6 +401,13 @@ case "$mode" in
   trace)
     decode_trace deepseek-v3 8 "fused 16x64x64 w1x4 s8 sdl sp2 pt"
     decode_trace gpumode-moe 4 "fused 16x64x64 w1x4 s8 sdl sp2 pt"
+    ;;
+  flags)  # PERF.md 59e: TileLoader's flags for zero-filled rows against row_at (BUILD against A)
+    a=${3:?a build of main, A}
+    gpu_tests wide 200 "the wide fused tiles*"
+    gpu_tests fused 200 "every fused decode tile matches*"
+    ab ds "$a" "$build" --preset deepseek-v3 --dtype bf16 --tokens 1,8,64,256 --check
+    ab gm "$a" "$build" --preset gpumode-moe --dtype bf16 --tokens 1,8,64 --check
     ;;
   suite)
     seconds=${3:?a time limit in seconds}
