@@ -718,15 +718,16 @@ TEST_CASE("every fused decode tile matches the reference (odd shapes, S = 0 and 
 
 TEST_CASE("the wide fused tiles (stages of BLOCK_K 128) at DeepSeek-V3's H and I", "[forward]") {
   // The odd shapes above run them with a few K steps; DeepSeek-V3's gate/up has 56 of them (28 a
-  // shared part), down 16. E = 16 first, then the whole layer (E = 256, T = 1 and 8).
+  // shared part), down 16. With a null row plus the K offset in TileLoader they read address 0x10
+  // here (docs/PERF.md 59a). E = 16 reproduced that as E = 256 did; the whole layer runs the
+  // default (s4) in "DeepSeek-V3 layer ..." above, so E = 256 is not repeated here (PERF.md 59d:
+  // the suite had outgrown 330 s on an H100).
   for (const char* tile : {"fused 16x64x128 w1x4 s4 sdl sp2", "fused 16x64x128 w1x4 s5 sdl sp2"}) {
-    for (std::int64_t experts : {16, 256}) {
-      RuntimeOptions options;
-      options.tile = tile;
-      Fixture f(make_config(7168, 2048, experts, 1, 8, DType::kBF16), 97 + experts, options);
-      INFO(tile << ", E = " << experts);
-      for (std::int64_t tokens : {1, 8}) f.check(tokens, 810 + tokens, tile);
-    }
+    RuntimeOptions options;
+    options.tile = tile;
+    Fixture f(make_config(7168, 2048, 16, 1, 8, DType::kBF16), 113, options);
+    INFO(tile);
+    for (std::int64_t tokens : {1, 8}) f.check(tokens, 810 + tokens, tile);
   }
 }
 
