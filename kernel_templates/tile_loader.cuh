@@ -74,10 +74,12 @@ struct TileLoader {
     return swizzle_128b(row, chunk);
   }
 
-  // The rows this thread copies from; null for a row that is only zero-filled (so offsets from
-  // them go through row_at, common.cuh).
+  // The rows this thread copies from, and whether each holds data: a row that is only zero-filled
+  // (padding, past the matrix) is `fallback`, a valid address, never null (docs/PERF.md 59a).
   const unsigned short* a_rows[kItersA];
   const unsigned short* b_rows[kItersB];
+  bool a_ok[kItersA];
+  bool b_ok[kItersB];
   const unsigned short* fallback;  // a valid address for the zero-filling copies
   int tid;
   int chunk;
@@ -99,14 +101,16 @@ struct TileLoader {
     for (int j = 0; j < kItersA; ++j) {
       const int r = (tid + j * THREADS) / kChunksPerRow;
       if (MODE == kRouter) {
-        a_rows[j] = m0 + r < p.tokens ? fallback + (long long)(m0 + r) * H : nullptr;
+        a_ok[j] = m0 + r < p.tokens;
+        a_rows[j] = a_ok[j] ? fallback + (long long)(m0 + r) * H : fallback;
       } else {
         // A pair of a token past p.tokens is padding too (the fused decode kernel's table of the
         // shared expert's rows is written for the bucket's most tokens).
         const int pair = p.sorted_rows[m0 + r];
         const long long row =
             MODE == kGateUp ? (long long)(pair / SLOTS) * H : (long long)(m0 + r) * I;
-        a_rows[j] = pair >= 0 && pair / SLOTS < p.tokens ? fallback + row : nullptr;
+        a_ok[j] = pair >= 0 && pair / SLOTS < p.tokens;
+        a_rows[j] = a_ok[j] ? fallback + row : fallback;
       }
     }
 #pragma unroll
@@ -116,14 +120,16 @@ struct TileLoader {
         const int slice = r / SLICE, q = r % SLICE;
         const int col = n_block * (BLOCK_N / 2) + slice * (SLICE / 2) + q % (SLICE / 2);
         const void* matrix = q < SLICE / 2 ? w.gate : w.up;
-        b_rows[j] = col < I ? reinterpret_cast<const unsigned short*>(matrix) + (long long)col * H
-                            : nullptr;
+        b_ok[j] = col < I;
+        b_rows[j] = b_ok[j] ? reinterpret_cast<const unsigned short*>(matrix) + (long long)col * H
+                            : fallback;
       } else {
         // kDown: n < H rows of down (stride down_ld); kRouter: n < E router rows (stride H).
         const int n = n_block * BLOCK_N + r;
-        b_rows[j] = n < (MODE == kDown ? H : E)
+        b_ok[j] = n < (MODE == kDown ? H : E);
+        b_rows[j] = b_ok[j]
                         ? reinterpret_cast<const unsigned short*>(w.down) + (long long)n * w.down_ld
-                        : nullptr;
+                        : fallback;
       }
     }
   }
@@ -135,18 +141,18 @@ struct TileLoader {
 #pragma unroll
     for (int j = 0; j < kItersA; ++j) {
       const int r = (tid + j * THREADS) / kChunksPerRow;
-      const bool ok = k_ok && a_rows[j] != nullptr;
-      cp_async_16(a_smem + swizzle_128b(r, chunk), ok ? row_at(a_rows[j], k) : fallback, ok);
+      const bool ok = k_ok && a_ok[j];
+      cp_async_16(a_smem + swizzle_128b(r, chunk), ok ? a_rows[j] + k : fallback, ok);
     }
 #pragma unroll
     for (int j = 0; j < kItersB; ++j) {
       const int r = (tid + j * THREADS) / kChunksPerRow;
-      const bool ok = k_ok && b_rows[j] != nullptr;
+      const bool ok = k_ok && b_ok[j];
       const unsigned dst = b_smem + swizzle_128b(r, chunk);
       if (weights_once) {
-        cp_async_16_hint(dst, ok ? row_at(b_rows[j], k) : fallback, ok, policy);
+        cp_async_16_hint(dst, ok ? b_rows[j] + k : fallback, ok, policy);
       } else {
-        cp_async_16(dst, ok ? row_at(b_rows[j], k) : fallback, ok);
+        cp_async_16(dst, ok ? b_rows[j] + k : fallback, ok);
       }
     }
   }
