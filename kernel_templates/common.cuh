@@ -203,20 +203,6 @@ __device__ __forceinline__ unsigned smem_address(const void* p) {
   return address;
 }
 
-// Row `row` plus `elements` 16-bit elements, in integer arithmetic. The loaders mark a row that is
-// only zero-filled with a null pointer. With the K offset added as pointer arithmetic, the fused
-// decode tile in stages of 128 read address null + 16 x its chunk from padding rows on the GPU
-// (docs/PERF.md 59a; how the compiled code got there is not settled: null plus an offset is
-// undefined as pointer arithmetic), and with it added here it does not. TileLoader's rows go
-// through it; the sm90 ws and swap producers' x rows do not yet (there it moved their register
-// allocation into 40-88 bytes of spills at 128 and 168 registers; the GPU suite's padded row
-// blocks pass on them as they are).
-__device__ __forceinline__ const unsigned short* row_at(const unsigned short* row,
-                                                        long long elements) {
-  return reinterpret_cast<const unsigned short*>(reinterpret_cast<unsigned long long>(row) +
-                                                 2ull * (unsigned long long)elements);
-}
-
 // 16-byte asynchronous copy global -> shared; with `valid` false the destination is zero-filled
 // and the source is not read.
 __device__ __forceinline__ void cp_async_16(unsigned dst, const void* src, bool valid) {
