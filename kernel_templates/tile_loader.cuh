@@ -77,7 +77,7 @@ struct TileLoader {
   // The rows this thread copies from, and whether each holds data: a row that is only zero-filled
   // (padding, past the matrix) is `fallback`, a valid address, never null. A null row plus the K
   // offset read address 0x10 on the GPU in the fused tile of stages of 128 (docs/PERF.md 59a);
-  // integer offsets from it (59a's row_at) cost the tile's K step 234-248 SASS instructions
+  // integer offsets from it (59a's row_at) cost the tile's K step 226-248 SASS instructions
   // against 135-152 with these flags (59e).
   const unsigned short* a_rows[kItersA];
   const unsigned short* b_rows[kItersB];
