@@ -78,7 +78,10 @@ struct TileLoader {
   // (padding, past the matrix) is `fallback`, a valid address, never null. A null row plus the K
   // offset read address 0x10 on the GPU in the fused tile of stages of 128 (docs/PERF.md 59a);
   // integer offsets from it (59a's row_at) cost the tile's K step 226-248 SASS instructions
-  // against 135-152 with these flags (59e).
+  // against 135-152 with these flags (59e). The sm90 ws and swap producers still mark padding
+  // rows null in the form that faulted here (their GPU cases with padding pass); there a flag
+  // mask spilled 42 bytes at the three-consumer tile's 40 registers and a non-null sentinel
+  // 11-23 bytes (59e).
   const unsigned short* a_rows[kItersA];
   const unsigned short* b_rows[kItersB];
   bool a_ok[kItersA];
