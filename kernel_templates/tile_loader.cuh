@@ -81,7 +81,7 @@ struct TileLoader {
   // against 135-152 with these flags (59e). The sm90 ws and swap producers still mark padding
   // rows null in the form that faulted here (their GPU cases with padding pass); there a flag
   // mask spilled 42 bytes at the three-consumer tile's 40 registers and a non-null sentinel
-  // 11-23 bytes (59e).
+  // 11-23 bytes (60a).
   const unsigned short* a_rows[kItersA];
   const unsigned short* b_rows[kItersB];
   bool a_ok[kItersA];
