@@ -5,60 +5,23 @@
 // down / sqrt(H), DeepSeek-V3 H = 7168, I = 2048), rounded to the dtype, from the test support's
 // counter-based generator.
 //
-// Bus model: a pseudo-channel moves 32 bytes as 8 beats of 32 bits (HBM3), so a bit toggles when
-// lane j of beat b differs from lane j of beat b - 1, across bursts too (a linear read's bursts
-// follow each other). "ones" is the density of 1 bits. The DBI columns add HBM's data bus
-// inversion per byte (a byte goes inverted when that toggles fewer of its 8 lanes plus its DBI
-// lane), whether or not the H200's controller uses it for reads.
+// The bus model is bus_toggles.h's.
 // Build from a configured build/ (after cmake --build build):
 //   c++ -O2 -std=c++20 -Itests/support -Iruntime/include docs/experiments/bit_toggles.cpp
-//     build/tests/support/librt_moe_test_support.a -lpthread -o bit_toggles
+//     build/tests/support/librt_moe_test_support.a build/runtime/librt_moe.a
+//     build/librt_moe_base.a -lpthread -ldl -o bit_toggles
 // Run: ./bit_toggles
-#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <vector>
 
+#include "bus_toggles.h"
 #include "reference.h"
 
 using namespace rt_moe;
 
 namespace {
-
-struct Toggles {
-  double ones = 0;    // fraction of 1 bits
-  double raw = 0;     // fraction of lanes toggling a beat, no inversion
-  double dbi = 0;     // the same with per-byte inversion, its DBI lanes counted (9 a byte)
-};
-
-Toggles measure(const std::vector<std::uint32_t>& beats) {
-  std::uint64_t ones = 0, raw = 0, dbi = 0;
-  std::uint32_t prev = 0, prev_sent = 0;  // bus state: last beat as driven (after inversion)
-  unsigned prev_flags = 0;                // last beat's four DBI lanes
-  for (std::uint32_t beat : beats) {
-    ones += std::popcount(beat);
-    raw += std::popcount(beat ^ prev);
-    std::uint32_t sent = 0;
-    unsigned flags = 0;
-    for (int byte = 0; byte < 4; ++byte) {
-      const unsigned shift = 8 * byte;
-      const std::uint32_t now = (beat >> shift) & 0xff, was = (prev_sent >> shift) & 0xff;
-      const unsigned flag_was = (prev_flags >> byte) & 1;
-      const int plain = std::popcount(now ^ was) + (flag_was != 0);
-      const int inverted = std::popcount((~now & 0xff) ^ was) + (flag_was != 1);
-      const bool invert = inverted < plain;
-      dbi += invert ? inverted : plain;
-      sent |= (invert ? ~now & 0xff : now) << shift;
-      flags |= unsigned(invert) << byte;
-    }
-    prev = beat;
-    prev_sent = sent;
-    prev_flags = flags;
-  }
-  const double n = double(beats.size());
-  return {ones / (32 * n), raw / (32 * n), dbi / (36 * n)};
-}
 
 std::vector<std::uint32_t> as_beats(const std::vector<std::uint16_t>& halves) {
   std::vector<std::uint32_t> beats(halves.size() / 2);
@@ -91,16 +54,16 @@ int main() {
   std::printf("| data | ones | toggles (raw) | toggles (DBI) |\n|---|---:|---:|---:|\n");
   std::vector<std::uint32_t> words(kElements / 2);
   for (auto& w : words) w = 0x3f803f80u;
-  print("constant 0x3f803f80 (the ceiling's)", measure(words));
+  print("constant 0x3f803f80 (the ceiling's)", bus_toggles(words));
   for (long long i = 0; i < (long long)words.size(); ++i) words[i] = fill_bits(i, 0x5eedu, 0xbfffbfffu);
-  print("FillBits 0xbfff (the random read's)", measure(words));
+  print("FillBits 0xbfff (the random read's)", bus_toggles(words));
   std::vector<std::uint16_t> halves(kElements);
   for (DType dtype : {DType::kBF16, DType::kF16}) {
     const char* dt = dtype == DType::kBF16 ? "bf16" : "fp16";
     test::fill_random(halves, dtype, gate_scale, 1);
-    const Toggles gate = measure(as_beats(halves));
+    const Toggles gate = bus_toggles(as_beats(halves));
     test::fill_random(halves, dtype, down_scale, 2);
-    const Toggles down = measure(as_beats(halves));
+    const Toggles down = bus_toggles(as_beats(halves));
     char name[64];
     std::snprintf(name, sizeof name, "%s gate/up (N(0,1)/sqrt(2048))", dt);
     print(name, gate);
