@@ -51,7 +51,8 @@ __device__ __forceinline__ unsigned hash32(unsigned long long i, unsigned seed) 
   return h;
 }
 
-// Word i: two N(0, 1) x scale values (Box-Muller on two hashes), rounded to bf16 or fp16.
+// Word i: two N(0, 1) x scale values (Box-Muller on two hashes, u in (0, 1]), rounded to bf16 or
+// fp16.
 template <bool BF16>
 __global__ void fill_normal(unsigned* p, long long words, float scale) {
   for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < words;
