@@ -55,7 +55,8 @@ int main() {
   std::vector<std::uint32_t> words(kElements / 2);
   for (auto& w : words) w = 0x3f803f80u;
   print("constant 0x3f803f80 (the ceiling's)", bus_toggles(words));
-  for (long long i = 0; i < (long long)words.size(); ++i) words[i] = fill_bits(i, 0x5eedu, 0xbfffbfffu);
+  for (long long i = 0; i < (long long)words.size(); ++i)
+    words[i] = fill_bits(i, 0x5eedu, 0xbfffbfffu);
   print("FillBits 0xbfff (the random read's)", bus_toggles(words));
   std::vector<std::uint16_t> halves(kElements);
   for (DType dtype : {DType::kBF16, DType::kF16}) {

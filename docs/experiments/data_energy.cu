@@ -110,9 +110,10 @@ int main(int argc, char** argv) {
     CHECK(cudaMemcpy(host.data(), b.data, host.size() * 4, cudaMemcpyDeviceToHost));
     b.toggles = bus_toggles(host);
   }
-  std::printf("%s, %d SMs, power limit %.0f W; %.2f GB a launch; each buffer's linear read ~1.5 s "
-              "back to back, the draw of the second half, %d rounds\n",
-              prop.name, sms, meter.limit_w(), bytes / 1e9, rounds);
+  std::printf(
+      "%s, %d SMs, power limit %.0f W; %.2f GB a launch; each buffer's linear read ~1.5 s "
+      "back to back, the draw of the second half, %d rounds\n",
+      prop.name, sms, meter.limit_w(), bytes / 1e9, rounds);
   for (const Buffer& b : buffers) {
     std::printf("%-34s ones %.3f toggles raw %.3f dbi %.3f\n", b.name, b.toggles.ones,
                 b.toggles.raw, b.toggles.dbi);
@@ -125,9 +126,9 @@ int main(int argc, char** argv) {
       // Turns: each round starts one buffer later, so no kind always follows the same one.
       const Buffer& b = buffers[(k + round) % buffers.size()];
       const int4* p = reinterpret_cast<const int4*>(b.data);
-      report_run(b.name, steady(meter, 1.5, double(bytes), [&] {
-                   dram_read<<<sms * 4, 512>>>(p, bytes / 16, out);
-                 }),
+      report_run(b.name,
+                 steady(meter, 1.5, double(bytes),
+                        [&] { dram_read<<<sms * 4, 512>>>(p, bytes / 16, out); }),
                  idle.watts);
     }
   }
