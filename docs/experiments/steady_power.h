@@ -32,6 +32,7 @@ inline bool meter_ready(const PowerMeter& meter, const char* tool) {
 struct Run {
   double watts, mhz, bytes_per_s;
   int updates;
+  double capped;  // share of the polls that read the clock held by the power cap (NaN: unknown)
 };
 
 // `launch` (one kernel reading `bytes`) back to back for `seconds`, synchronized every 16: the
@@ -67,7 +68,7 @@ Run steady(PowerMeter& meter, double seconds, double bytes, Launch launch) {
   CHECK(cudaEventElapsedTime(&ms, a, b));
   CHECK(cudaEventDestroy(a));
   CHECK(cudaEventDestroy(b));
-  return {r.watts, r.sm_mhz, launches * bytes / (ms * 1e-3), r.updates};
+  return {r.watts, r.sm_mhz, launches * bytes / (ms * 1e-3), r.updates, r.power_capped};
 }
 
 // One pattern's line: its draw, clock and rate, and its picojoules a byte above `idle_watts`;

@@ -1,0 +1,317 @@
+// How close to its roofline floor, max(FLOPs / R, bytes / BW), any kernel can run a row's work at
+// the board's power limit (docs/PERF.md 65): the least work every forward of the row does, with
+// nothing waiting on anything. One block an SM, 384 threads:
+//   stream:   one thread of the first warpgroup reads the row's bytes of weight-like data (N(0, 1)
+//             / sqrt(2048) rounded to the dtype, as the bench's weights) from HBM into a ring of
+//             shared memory by 16 KiB bulk copies, every block a 16 KiB chunk in turn (a linear
+//             read of the whole buffer), 6 in flight a block;
+//   multiply: two consumer warpgroups run the row's FLOPs as wgmma.m64n256k16, both operands in
+//             shared memory (the densest tile the kernels use: 64 weight rows a warpgroup against
+//             256 token rows), on two stages of weight-like and N(0, 1) token data filled once.
+// Both run at once and neither waits for the other, so the launch takes what the slower of the
+// two takes with the other beside it, drawing from the same power budget. A real forward does all
+// of this and more (its MMAs wait for the weights they multiply, it gathers token rows from L2,
+// writes h and y, runs the routing and the combine), so where this mimic of a row runs at X times
+// its floor, no kernel of that row runs much below X at the same limit.
+// Each pattern runs ~`seconds` back to back; the draw and the launches' time are the second half's.
+// Prints, per dtype: the stream alone and the multiply alone (the mimic's own ceilings, R and BW),
+// then each row's work: ms a launch, the board, and the time over max(F / R, B / BW); with the
+// bench's ceilings as arguments (its HBM read GB/s and cuBLAS steady TFLOP/s of each dtype), the
+// time over the bench's floor too.
+// Build here (nvcc 13; tools/power.cpp for NVML, fmt header-only), run on the GPU host:
+//   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -DFMT_HEADER_ONLY -Itools \
+//        -Ikernel_templates -Xcompiler -Wno-stringop-overflow \
+//        -o power_roofline docs/experiments/power_roofline.cu tools/power.cpp
+// Run: ./power_roofline [seconds [hbm_gbps bf16_tflops fp16_tflops]] (default 2 s, no bench floor).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <thread>
+#include <type_traits>
+#include <vector>
+
+#include "bulk_copy.h"
+#include "cuda_check.h"
+#include "grouped_gemm_sm90_swap.cuh"
+#include "power.h"
+#include "steady_power.h"
+
+using namespace rt_moe;
+
+namespace {
+
+constexpr int kThreads = 384;
+constexpr int kN = 256;                     // token rows of a stage
+constexpr int kTokenBytes = kN * 128;       // 64 elements of each
+constexpr int kWeightBytes = 2 * 64 * 128;  // 64 weight rows a consumer warpgroup
+constexpr int kStageBytes = kTokenBytes + kWeightBytes;
+constexpr int kMmaStages = 2;
+constexpr int kChunk = 16384;  // bytes of one bulk copy
+constexpr int kSlots = 6;      // copies in flight a block
+constexpr int kSmemBytes = kMmaStages * kStageBytes + kSlots * kChunk + 1024 + 64;
+// A K tile of 64: both warpgroups, 4 k16 steps of 64 x 256 x 16 each.
+constexpr double kFlopsPerTile = 2.0 * 4 * 2.0 * 64 * kN * 16;
+
+__device__ __forceinline__ unsigned hash32(unsigned long long i, unsigned seed) {
+  unsigned h = unsigned(i) * 0x9e3779b9u ^ unsigned(i >> 32) * 0x85ebca6bu ^ seed;
+  h ^= h >> 16;
+  h *= 0x7feb352du;
+  h ^= h >> 15;
+  h *= 0x846ca68bu;
+  h ^= h >> 16;
+  return h;
+}
+
+// Word i: two N(0, 1) x scale values (Box-Muller on two hashes), rounded to bf16 or fp16.
+template <bool BF16>
+__global__ void fill_normal(unsigned* p, long long words, float scale, unsigned seed) {
+  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < words;
+       i += (long long)gridDim.x * blockDim.x) {
+    const float u1 = (hash32(2 * i, seed) + 0.5f) * 0x1p-32f;
+    const float u2 = (hash32(2 * i + 1, seed) + 0.5f) * 0x1p-32f;
+    const float r = sqrtf(-2.0f * logf(u1)) * scale;
+    float s, c;
+    sincospif(2.0f * u2, &s, &c);
+    unsigned short lo, hi;
+    if constexpr (BF16) {
+      lo = __bfloat16_as_ushort(__float2bfloat16_rn(r * c));
+      hi = __bfloat16_as_ushort(__float2bfloat16_rn(r * s));
+    } else {
+      lo = __half_as_ushort(__float2half_rn(r * c));
+      hi = __half_as_ushort(__float2half_rn(r * s));
+    }
+    p[i] = unsigned(lo) | unsigned(hi) << 16;
+  }
+}
+
+// This block's chunks of the stream: chunk i at (blockIdx.x + i x gridDim.x) x kChunk, kSlots in
+// flight, each slot's barrier completing once a use; then every copy waited for.
+__device__ void stream_through(const char* stream, long long chunks, unsigned ring, unsigned full) {
+  const char* mine = stream + size_t(blockIdx.x) * kChunk;
+  const size_t step = size_t(gridDim.x) * kChunk;
+  for (long long i = 0; i < chunks; ++i) {
+    const int slot = int(i % kSlots);
+    const long long use = i / kSlots;
+    if (use > 0) mbarrier_wait(full + 8 * slot, unsigned(use - 1) & 1);
+    mbarrier_arrive_expect_tx(full + 8 * slot, kChunk);
+    bulk_load(ring + slot * kChunk, mine + size_t(i) * step, kChunk, full + 8 * slot);
+  }
+  for (long long i = chunks > kSlots ? chunks - kSlots : 0; i < chunks; ++i) {
+    mbarrier_wait(full + 8 * int(i % kSlots), unsigned(i / kSlots) & 1);
+  }
+}
+
+// A consumer warpgroup: k_tiles K tiles of 4 MMAs against the two stages in turn, committed as one
+// batch and waited for one batch later (the swapped kernel's mma_k64).
+template <class D>
+__device__ void multiply(int k_tiles, unsigned base, float* sink) {
+  const int group = threadIdx.x / 128 - 1;
+  float acc[128];
+#pragma unroll
+  for (int i = 0; i < 128; ++i) acc[i] = 0.f;
+  for (int kt = 0; kt < k_tiles; ++kt) {
+    const unsigned tokens = base + (kt & 1) * kStageBytes;
+    const unsigned weights = tokens + kTokenBytes + group * 64 * 128;
+    wgmma_fence();
+#pragma unroll
+    for (int ks = 0; ks < 4; ++ks) {
+      Wgmma256<D>::wgmma_m64n256k16(acc, smem_descriptor(weights + ks * 32),
+                                    smem_descriptor(tokens + ks * 32), 1);
+    }
+    wgmma_commit();
+    wgmma_wait<1>();
+  }
+  wgmma_wait<0>();
+  // Every accumulator out, each pinned after the wait (wgmma_smem.cu says why), so that ptxas
+  // keeps every MMA.
+  float total = 0.f;
+#pragma unroll
+  for (int i = 0; i < 128; ++i) {
+    asm volatile("" : "+f"(acc[i])::"memory");
+    total += acc[i];
+  }
+  if (total == 1234.5f) sink[threadIdx.x] = total;
+}
+
+template <class D>
+__global__ void __launch_bounds__(kThreads, 1)
+    mimic(const char* stream, long long chunks, const uint4* tokens, const uint4* weights,
+          int k_tiles, float* sink) {
+  extern __shared__ char smem_raw[];
+  const unsigned base = (smem_address(smem_raw) + 1023) & ~1023u;
+  const unsigned ring = base + kMmaStages * kStageBytes;
+  const unsigned full = ring + kSlots * kChunk;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kSlots; ++s) mbarrier_init(full + 8 * s, 1);
+    mbarrier_init_fence();
+  }
+  // The MMAs' stages, this block's own data: token rows, then the two warpgroups' weight rows.
+  const uint4* my_tokens = tokens + size_t(blockIdx.x) * kMmaStages * kTokenBytes / 16;
+  const uint4* my_weights = weights + size_t(blockIdx.x) * kMmaStages * kWeightBytes / 16;
+  for (int i = threadIdx.x; i < kMmaStages * kStageBytes / 16; i += kThreads) {
+    const int stage = i / (kStageBytes / 16), at = i % (kStageBytes / 16);
+    const uint4 v = at < kTokenBytes / 16
+                        ? my_tokens[stage * (kTokenBytes / 16) + at]
+                        : my_weights[stage * (kWeightBytes / 16) + at - kTokenBytes / 16];
+    asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};" ::"r"(base + 16 * i), "r"(v.x),
+                 "r"(v.y), "r"(v.z), "r"(v.w));
+  }
+  fence_proxy_async();  // the stores, before the MMAs read them through the async proxy
+  __syncthreads();
+  if (threadIdx.x < 128) {
+    warpgroup_registers_dec<56>();
+    if (threadIdx.x == 0) stream_through(stream, chunks, ring, full);
+  } else {
+    warpgroup_registers_inc<224>();
+    multiply<D>(k_tiles, base, sink);
+  }
+}
+
+struct Row {
+  const char* name;
+  int h, i, e, s, k, t;
+  // REFERENCE.md 5: FLOPs of the expert GEMMs; the fewest bytes (each expert hit under uniform
+  // routing read once, the shared experts, x in and out).
+  double flops() const { return 6.0 * t * (double(k) + s) * h * i; }
+  double bytes(int elem) const {
+    const double hit = e * (1 - std::pow(1 - double(k) / e, t));
+    return (hit + s) * 3.0 * h * i * elem + 2.0 * t * h * elem;
+  }
+};
+
+struct Ceilings {
+  double gbps = 0, tflops = 0;  // the bench's, from the command line; 0: not given
+};
+
+struct Buffers {
+  char* stream;
+  size_t stream_bytes;
+  uint4 *tokens, *weights;
+  float* sink;
+};
+
+template <class D>
+void run_dtype(const char* dtype, PowerMeter& meter, double idle_w, int sms, double seconds,
+               const Buffers& buf, const std::vector<Row>& rows, Ceilings bench) {
+  constexpr bool kBf16 = std::is_same_v<D, BF16>;
+  const float scale = 1.0f / std::sqrt(2048.0f);
+  fill_normal<kBf16><<<4 * sms, 256>>>(reinterpret_cast<unsigned*>(buf.stream),
+                                       (long long)(buf.stream_bytes / 4), scale, 0x1234u);
+  const long long stage_words = (long long)sms * kMmaStages * kTokenBytes / 4;
+  fill_normal<kBf16>
+      <<<4 * sms, 256>>>(reinterpret_cast<unsigned*>(buf.tokens), stage_words, 1.0f, 0x777u);
+  fill_normal<kBf16><<<4 * sms, 256>>>(reinterpret_cast<unsigned*>(buf.weights),
+                                       (long long)sms * kMmaStages * kWeightBytes / 4, scale,
+                                       0x4321u);
+  CHECK(cudaGetLastError());
+  CHECK(cudaDeviceSynchronize());
+  auto kernel = mimic<D>;
+  CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
+  const auto chunks_of = [&](double bytes) {
+    return (long long)std::ceil(bytes / (double(sms) * kChunk));
+  };
+  const auto tiles_of = [&](double flops) {
+    return int(std::lround(flops / (double(sms) * kFlopsPerTile)));
+  };
+  // One launch of `chunks` and `k_tiles` a block, back to back: seconds a launch and the board.
+  const auto measure = [&](long long chunks, int k_tiles) {
+    return steady(meter, seconds, 1.0, [&] {
+      kernel<<<sms, kThreads, kSmemBytes>>>(buf.stream, chunks, buf.tokens, buf.weights, k_tiles,
+                                            buf.sink);
+    });
+  };
+  const auto board = [&](const Run& r) {
+    std::printf("%5.0f W %5.0f MHz capped %4.2f", r.watts, r.mhz, r.capped);
+  };
+  // The mimic's own ceilings: the largest row's bytes alone, and its FLOPs alone.
+  double most_bytes = 0, most_flops = 0;
+  for (const Row& row : rows) {
+    most_bytes = std::max(most_bytes, row.bytes(2));
+    most_flops = std::max(most_flops, row.flops());
+  }
+  const long long bw_chunks = chunks_of(most_bytes);
+  const int r_tiles = tiles_of(most_flops);
+  const Run alone_b = measure(bw_chunks, 0);
+  const double bw = double(bw_chunks) * sms * kChunk * alone_b.bytes_per_s;  // bytes a second
+  std::printf("%s stream alone   %9.0f GB/s        ", dtype, bw / 1e9);
+  board(alone_b);
+  std::printf("  %6.1f pJ/B above idle\n", (alone_b.watts - idle_w) / bw * 1e12);
+  std::fflush(stdout);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const Run alone_f = measure(0, r_tiles);
+  const double r = double(r_tiles) * sms * kFlopsPerTile * alone_f.bytes_per_s;  // FLOPs a second
+  std::printf("%s multiply alone %9.1f TFLOP/s      ", dtype, r / 1e12);
+  board(alone_f);
+  std::printf("  %6.3f pJ/FLOP above idle\n", (alone_f.watts - idle_w) / r * 1e12);
+  std::fflush(stdout);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  for (const Row& row : rows) {
+    const long long chunks = chunks_of(row.bytes(2));
+    const int k_tiles = tiles_of(row.flops());
+    const double b = double(chunks) * sms * kChunk, f = double(k_tiles) * sms * kFlopsPerTile;
+    const Run run = measure(chunks, k_tiles);
+    const double s = 1.0 / run.bytes_per_s;
+    std::printf("%s %-18s T %5d  %6.1f FLOP/B  %8.4f ms  ", dtype, row.name, row.t, f / b, s * 1e3);
+    board(run);
+    std::printf("  x own floor %5.3f", s / std::max(f / r, b / bw));
+    if (bench.gbps > 0 && bench.tflops > 0) {
+      std::printf("  x bench floor %5.3f",
+                  s / std::max(f / (bench.tflops * 1e12), b / (bench.gbps * 1e9)));
+    }
+    std::printf("\n");
+    std::fflush(stdout);
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const double seconds = argc > 1 ? std::atof(argv[1]) : 2.0;
+  Ceilings bf16, fp16;
+  if (argc > 4) {
+    bf16 = {std::atof(argv[2]), std::atof(argv[3])};
+    fp16 = {std::atof(argv[2]), std::atof(argv[4])};
+  }
+  cudaDeviceProp prop;
+  CHECK(cudaGetDeviceProperties(&prop, 0));
+  PowerMeter meter(device_bus_id(0));
+  if (!meter_ready(meter, "power_roofline")) return 1;
+  const int sms = prop.multiProcessorCount;
+  const std::vector<Row> rows = {{"DeepSeek-V3", 7168, 2048, 256, 1, 8, 512},
+                                 {"DeepSeek-V3", 7168, 2048, 256, 1, 8, 4096},
+                                 {"DeepSeek-V3", 7168, 2048, 256, 1, 8, 16384},
+                                 {"gpumode bench 1", 7168, 2048, 32, 1, 4, 2048},
+                                 {"gpumode bench 2", 7168, 2048, 32, 1, 4, 8192}};
+  double most_bytes = 0;
+  for (const Row& row : rows) most_bytes = std::max(most_bytes, row.bytes(2));
+  Buffers buf;
+  const size_t per_pass = size_t(sms) * kChunk;
+  buf.stream_bytes = (size_t(std::ceil(most_bytes / per_pass)) + 1) * per_pass;
+  CHECK(cudaMalloc(&buf.stream, buf.stream_bytes));
+  CHECK(cudaMalloc(&buf.tokens, size_t(sms) * kMmaStages * kTokenBytes));
+  CHECK(cudaMalloc(&buf.weights, size_t(sms) * kMmaStages * kWeightBytes));
+  CHECK(cudaMalloc(&buf.sink, kThreads * sizeof(float)));
+  std::printf(
+      "%s, %d SMs, power limit %.0f W; one block an SM: a linear bulk-copy stream of weight-like "
+      "data (%.1f GB buffer) beside wgmma.m64n256k16 from shared memory; ~%.1f s a pattern, the "
+      "second half's draw\n",
+      prop.name, sms, meter.limit_w(), buf.stream_bytes / 1e9, seconds);
+  const PowerMeter::Reading idle =
+      meter.idle(std::chrono::milliseconds(500), std::chrono::milliseconds(1000));
+  std::printf("idle %.0f W %.0f MHz\n", idle.watts, idle.sm_mhz);
+  run_dtype<BF16>("bf16", meter, idle.watts, sms, seconds, buf, rows, bf16);
+  run_dtype<F16>("fp16", meter, idle.watts, sms, seconds, buf, rows, fp16);
+  CHECK(cudaGetLastError());
+  CHECK(cudaFree(buf.stream));
+  CHECK(cudaFree(buf.tokens));
+  CHECK(cudaFree(buf.weights));
+  CHECK(cudaFree(buf.sink));
+  return 0;
+}
