@@ -173,9 +173,107 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 }
 
+// The fed mimic: the swapped kernel's ring without its epilogue. A producer thread fills each of 4
+// stages with N token rows of a K tile from an L2-resident buffer (one bulk copy: the volume the
+// real producer gathers by cp.async) and 256 weight rows (32 KiB, two 16 KiB bulk copies) from the
+// HBM stream, each weight K tile used for `reuse` token blocks in turn (the second and later from
+// L2, as the tile order walks an expert's row blocks); two consumer warpgroups wait for a stage,
+// multiply it (2 slices of 64 weight rows each, wgmma.m64nNk16) and release it a batch later.
+template <int N>
+struct Fed {
+  static constexpr int kStages = 4;
+  static constexpr int kTokenBytes = N * 128;
+  static constexpr int kWeightBytes = 256 * 128;
+  static constexpr int kStageBytes = kTokenBytes + kWeightBytes;
+  static constexpr int kSmemBytes = kStages * kStageBytes + 1024 + 64;
+  static constexpr double kFlopsPerTile = 2.0 * 256 * N * 64;
+  static constexpr int kKTiles = 112;  // K = 7168 in tiles of 64: a token block's rows
+  static constexpr int kExperts = 4;   // distinct experts' token rows, 16 blocks each in turn
+  static size_t token_bytes(int reuse) { return size_t(kExperts) * reuse * kKTiles * kTokenBytes; }
+};
+
+template <class D, int N>
+__global__ void __launch_bounds__(kThreads, 1)
+    fed(const char* stream, const char* tokens, int reuse, int k_tiles, float* sink) {
+  using F = Fed<N>;
+  extern __shared__ char smem_raw[];
+  const unsigned base = (smem_address(smem_raw) + 1023) & ~1023u;
+  const unsigned full = base + F::kStages * F::kStageBytes;
+  const unsigned empty = full + 8 * F::kStages;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < F::kStages; ++s) {
+      mbarrier_init(full + 8 * s, 1);
+      mbarrier_init(empty + 8 * s, 8);  // each consumer warp
+    }
+    mbarrier_init_fence();
+  }
+  __syncthreads();
+  if (threadIdx.x < 128) {
+    warpgroup_registers_dec<56>();
+    if (threadIdx.x != 0) return;
+    const char* mine =
+        tokens + size_t(blockIdx.x / 16 % F::kExperts) * reuse * F::kKTiles * F::kTokenBytes;
+    for (int kt = 0; kt < k_tiles; ++kt) {
+      const int stage = kt % F::kStages;
+      if (kt >= F::kStages) mbarrier_wait(empty + 8 * stage, ((kt / F::kStages) & 1) ^ 1);
+      const unsigned dst = base + stage * F::kStageBytes;
+      const int w = kt / reuse;
+      mbarrier_arrive_expect_tx(full + 8 * stage, F::kStageBytes);
+      bulk_load(dst, mine + (size_t(kt % reuse) * F::kKTiles + w % F::kKTiles) * F::kTokenBytes,
+                F::kTokenBytes, full + 8 * stage);
+      const char* weights = stream + (blockIdx.x + size_t(w) * gridDim.x) * F::kWeightBytes;
+      for (int half = 0; half < 2; ++half) {
+        bulk_load(dst + F::kTokenBytes + half * (F::kWeightBytes / 2),
+                  weights + half * (F::kWeightBytes / 2), F::kWeightBytes / 2, full + 8 * stage);
+      }
+    }
+    return;
+  }
+  warpgroup_registers_inc<224>();
+  const int group = threadIdx.x / 128 - 1, lane = threadIdx.x % 32;
+  float acc[2][N / 2];
+#pragma unroll
+  for (int s = 0; s < 2; ++s) {
+#pragma unroll
+    for (int i = 0; i < N / 2; ++i) acc[s][i] = 0.f;
+  }
+  int release = -1;
+  for (int kt = 0; kt < k_tiles; ++kt) {
+    const int stage = kt % F::kStages;
+    mbarrier_wait(full + 8 * stage, (kt / F::kStages) & 1);
+    const unsigned tokens_at = base + stage * F::kStageBytes;
+    const unsigned weights_at = tokens_at + F::kTokenBytes + group * 2 * 64 * 128;
+    wgmma_fence();
+#pragma unroll
+    for (int ks = 0; ks < 4; ++ks) {
+#pragma unroll
+      for (int s = 0; s < 2; ++s) {
+        WgmmaTokens<D, N>::mma(acc[s], smem_descriptor(weights_at + s * 64 * 128 + ks * 32),
+                               smem_descriptor(tokens_at + ks * 32), 1);
+      }
+    }
+    wgmma_commit();
+    wgmma_wait<1>();
+    if (release >= 0 && lane == 0) mbarrier_arrive(empty + 8 * release);
+    release = stage;
+  }
+  wgmma_wait<0>();
+  float total = 0.f;
+#pragma unroll
+  for (int s = 0; s < 2; ++s) {
+#pragma unroll
+    for (int i = 0; i < N / 2; ++i) {
+      asm volatile("" : "+f"(acc[s][i])::"memory");
+      total += acc[s][i];
+    }
+  }
+  if (total == 1234.5f) sink[threadIdx.x] = total;
+}
+
 struct Row {
   const char* name;
   int h, i, e, s, k, t;
+  int fed_n, reuse;  // the fed mimic's token rows a block and blocks a weight tile (0: none)
   // REFERENCE.md 5: FLOPs of the expert GEMMs; the fewest bytes (each expert hit under uniform
   // routing read once, the shared experts, x in and out).
   double flops() const { return 6.0 * t * (double(k) + s) * h * i; }
@@ -193,8 +291,33 @@ struct Buffers {
   char* stream;
   size_t stream_bytes;
   uint4 *tokens, *weights;
+  char* fed_tokens;
+  size_t fed_token_bytes;
   float* sink;
 };
+
+// The fed mimic of `row` (its FLOPs, in K tiles of N token rows): seconds a launch, its FLOPs and
+// the bytes it streams from HBM.
+template <class D, int N>
+Run run_fed(PowerMeter& meter, double seconds, int sms, const Buffers& buf, const Row& row,
+            double& flops, double& bytes) {
+  using F = Fed<N>;
+  auto kernel = fed<D, N>;
+  CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, F::kSmemBytes));
+  const int k_tiles =
+      int(std::lround(row.flops() / (double(sms) * F::kFlopsPerTile) / row.reuse)) * row.reuse;
+  flops = double(k_tiles) * sms * F::kFlopsPerTile;
+  bytes = double(k_tiles / row.reuse) * sms * F::kWeightBytes;
+  if (bytes > double(buf.stream_bytes) || F::token_bytes(row.reuse) > buf.fed_token_bytes) {
+    std::fprintf(stderr, "power_roofline: the fed mimic of %s T %d needs larger buffers\n",
+                 row.name, row.t);
+    std::exit(1);
+  }
+  return steady(meter, seconds, 1.0, [&] {
+    kernel<<<sms, kThreads, F::kSmemBytes>>>(buf.stream, buf.fed_tokens, row.reuse, k_tiles,
+                                             buf.sink);
+  });
+}
 
 template <class D>
 void run_dtype(const char* dtype, PowerMeter& meter, double idle_w, int sms, double seconds,
@@ -209,6 +332,8 @@ void run_dtype(const char* dtype, PowerMeter& meter, double idle_w, int sms, dou
   fill_normal<kBf16><<<4 * sms, 256>>>(reinterpret_cast<unsigned*>(buf.weights),
                                        (long long)sms * kMmaStages * kWeightBytes / 4, scale,
                                        0x4321u);
+  fill_normal<kBf16><<<4 * sms, 256>>>(reinterpret_cast<unsigned*>(buf.fed_tokens),
+                                       (long long)(buf.fed_token_bytes / 4), 1.0f, 0x999u);
   CHECK(cudaGetLastError());
   CHECK(cudaDeviceSynchronize());
   auto kernel = mimic<D>;
@@ -268,6 +393,24 @@ void run_dtype(const char* dtype, PowerMeter& meter, double idle_w, int sms, dou
     std::fflush(stdout);
     std::this_thread::sleep_for(std::chrono::milliseconds(300));
   }
+  for (const Row& row : rows) {
+    if (row.fed_n == 0) continue;
+    double f = 0, b = 0;
+    const Run run = row.fed_n == 144 ? run_fed<D, 144>(meter, seconds, sms, buf, row, f, b)
+                                     : run_fed<D, 152>(meter, seconds, sms, buf, row, f, b);
+    const double s = 1.0 / run.bytes_per_s;
+    std::printf("%s fed N %3d reuse %d %-15s T %5d  %6.1f FLOP/B  %8.4f ms  ", dtype, row.fed_n,
+                row.reuse, row.name, row.t, f / b, s * 1e3);
+    board(run);
+    std::printf("  x own floor %5.3f", s / std::max(f / r, b / bw));
+    if (bench.gbps > 0 && bench.tflops > 0) {
+      std::printf("  x bench floor %5.3f",
+                  s / std::max(f / (bench.tflops * 1e12), b / (bench.gbps * 1e9)));
+    }
+    std::printf("\n");
+    std::fflush(stdout);
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  }
 }
 
 }  // namespace
@@ -284,11 +427,14 @@ int main(int argc, char** argv) {
   PowerMeter meter(device_bus_id(0));
   if (!meter_ready(meter, "power_roofline")) return 1;
   const int sms = prop.multiProcessorCount;
-  const std::vector<Row> rows = {{"DeepSeek-V3", 7168, 2048, 256, 1, 8, 512},
-                                 {"DeepSeek-V3", 7168, 2048, 256, 1, 8, 4096},
-                                 {"DeepSeek-V3", 7168, 2048, 256, 1, 8, 16384},
-                                 {"gpumode bench 1", 7168, 2048, 32, 1, 4, 2048},
-                                 {"gpumode bench 2", 7168, 2048, 32, 1, 4, 8192}};
+  // The fed mimic's N and reuse: the swapped tiles' row blocks at the bench's routing (even
+  // blocks of up to 160 or 144 rows, rounded up to 8: ~143 rows an expert at DeepSeek-V3 4096,
+  // ~574 at 16384 in four blocks, gpumode 2048's 304 FLOPs a byte in two blocks of 152).
+  const std::vector<Row> rows = {{"DeepSeek-V3", 7168, 2048, 256, 1, 8, 512, 0, 0},
+                                 {"DeepSeek-V3", 7168, 2048, 256, 1, 8, 4096, 144, 1},
+                                 {"DeepSeek-V3", 7168, 2048, 256, 1, 8, 16384, 144, 4},
+                                 {"gpumode bench 1", 7168, 2048, 32, 1, 4, 2048, 152, 2},
+                                 {"gpumode bench 2", 7168, 2048, 32, 1, 4, 8192, 0, 0}};
   double most_bytes = 0;
   for (const Row& row : rows) most_bytes = std::max(most_bytes, row.bytes(2));
   Buffers buf;
@@ -298,6 +444,8 @@ int main(int argc, char** argv) {
   CHECK(cudaMalloc(&buf.tokens, size_t(sms) * kMmaStages * kTokenBytes));
   CHECK(cudaMalloc(&buf.weights, size_t(sms) * kMmaStages * kWeightBytes));
   CHECK(cudaMalloc(&buf.sink, kThreads * sizeof(float)));
+  buf.fed_token_bytes = std::max(Fed<144>::token_bytes(4), Fed<152>::token_bytes(2));
+  CHECK(cudaMalloc(&buf.fed_tokens, buf.fed_token_bytes));
   std::printf(
       "%s, %d SMs, power limit %.0f W; one block an SM: a linear bulk-copy stream of weight-like "
       "data (%.1f GB buffer) beside wgmma.m64n256k16 from shared memory; ~%.1f s a pattern, the "
@@ -313,5 +461,6 @@ int main(int argc, char** argv) {
   CHECK(cudaFree(buf.tokens));
   CHECK(cudaFree(buf.weights));
   CHECK(cudaFree(buf.sink));
+  CHECK(cudaFree(buf.fed_tokens));
   return 0;
 }
