@@ -24,6 +24,7 @@
 #include "bench.cuh"  // FillBits, the HBM ceiling's random fill
 #include "bus_toggles.h"
 #include "cuda_check.h"
+#include "normal_fill.h"
 #include "power.h"
 #include "read_sink.h"
 #include "steady_power.h"
@@ -39,39 +40,6 @@ __global__ void fill_word(unsigned* p, long long words, unsigned word) {  // the
 
 __global__ void fill_bits(unsigned* p, long long words) {
   rt_moe::FillBits<256>::run({p, words, 0x5eedu, 0xbfffbfffu});  // the bench's random read
-}
-
-__device__ __forceinline__ unsigned hash32(unsigned long long i, unsigned seed) {
-  unsigned h = unsigned(i) * 0x9e3779b9u ^ unsigned(i >> 32) * 0x85ebca6bu ^ seed;
-  h ^= h >> 16;
-  h *= 0x7feb352du;
-  h ^= h >> 15;
-  h *= 0x846ca68bu;
-  h ^= h >> 16;
-  return h;
-}
-
-// Word i: two N(0, 1) x scale values (Box-Muller on two hashes, u in (0, 1]), rounded to bf16 or
-// fp16.
-template <bool BF16>
-__global__ void fill_normal(unsigned* p, long long words, float scale) {
-  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < words;
-       i += (long long)gridDim.x * blockDim.x) {
-    const float u1 = (hash32(2 * i, 0x1234u) + 0.5f) * 0x1p-32f;
-    const float u2 = (hash32(2 * i + 1, 0x1234u) + 0.5f) * 0x1p-32f;
-    const float r = sqrtf(-2.0f * logf(u1)) * scale;
-    float s, c;
-    sincospif(2.0f * u2, &s, &c);
-    unsigned short lo, hi;
-    if constexpr (BF16) {
-      lo = __bfloat16_as_ushort(__float2bfloat16_rn(r * c));
-      hi = __bfloat16_as_ushort(__float2bfloat16_rn(r * s));
-    } else {
-      lo = __half_as_ushort(__float2half_rn(r * c));
-      hi = __half_as_ushort(__float2half_rn(r * s));
-    }
-    p[i] = unsigned(lo) | unsigned(hi) << 16;
-  }
 }
 
 struct Buffer {
@@ -101,8 +69,8 @@ int main(int argc, char** argv) {
   const float scale = 1.0f / std::sqrt(2048.0f);
   fill_word<<<4 * sms, 256>>>(buffers[0].data, words, 0x3f803f80u);
   fill_bits<<<4 * sms, 256>>>(buffers[1].data, words);
-  fill_normal<true><<<4 * sms, 256>>>(buffers[2].data, words, scale);
-  fill_normal<false><<<4 * sms, 256>>>(buffers[3].data, words, scale);
+  fill_normal<true><<<4 * sms, 256>>>(buffers[2].data, words, scale, 0x1234u);
+  fill_normal<false><<<4 * sms, 256>>>(buffers[3].data, words, scale, 0x1234u);
   CHECK(cudaGetLastError());
   CHECK(cudaDeviceSynchronize());
   std::vector<std::uint32_t> host(size_t(16) << 20);  // 64 MiB

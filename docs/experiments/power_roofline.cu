@@ -39,6 +39,7 @@
 #include "bulk_copy.h"
 #include "cuda_check.h"
 #include "grouped_gemm_sm90_swap.cuh"
+#include "normal_fill.h"
 #include "power.h"
 #include "steady_power.h"
 
@@ -57,38 +58,6 @@ constexpr int kSlots = 6;      // copies in flight a block
 constexpr int kSmemBytes = kMmaStages * kStageBytes + kSlots * kChunk + 1024 + 64;
 // A K tile of 64: both warpgroups, 4 k16 steps of 64 x 256 x 16 each.
 constexpr double kFlopsPerTile = 2.0 * 4 * 2.0 * 64 * kN * 16;
-
-__device__ __forceinline__ unsigned hash32(unsigned long long i, unsigned seed) {
-  unsigned h = unsigned(i) * 0x9e3779b9u ^ unsigned(i >> 32) * 0x85ebca6bu ^ seed;
-  h ^= h >> 16;
-  h *= 0x7feb352du;
-  h ^= h >> 15;
-  h *= 0x846ca68bu;
-  h ^= h >> 16;
-  return h;
-}
-
-// Word i: two N(0, 1) x scale values (Box-Muller on two hashes), rounded to bf16 or fp16.
-template <bool BF16>
-__global__ void fill_normal(unsigned* p, long long words, float scale, unsigned seed) {
-  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < words;
-       i += (long long)gridDim.x * blockDim.x) {
-    const float u1 = (hash32(2 * i, seed) + 0.5f) * 0x1p-32f;
-    const float u2 = (hash32(2 * i + 1, seed) + 0.5f) * 0x1p-32f;
-    const float r = sqrtf(-2.0f * logf(u1)) * scale;
-    float s, c;
-    sincospif(2.0f * u2, &s, &c);
-    unsigned short lo, hi;
-    if constexpr (BF16) {
-      lo = __bfloat16_as_ushort(__float2bfloat16_rn(r * c));
-      hi = __bfloat16_as_ushort(__float2bfloat16_rn(r * s));
-    } else {
-      lo = __half_as_ushort(__float2half_rn(r * c));
-      hi = __half_as_ushort(__float2half_rn(r * s));
-    }
-    p[i] = unsigned(lo) | unsigned(hi) << 16;
-  }
-}
 
 // This block's chunks of the stream: chunk i at (blockIdx.x + i x gridDim.x) x kChunk, kSlots in
 // flight, each slot's barrier completing once a use; then every copy waited for.
@@ -376,40 +345,45 @@ void run_dtype(const char* dtype, PowerMeter& meter, double idle_w, int sms, dou
   std::printf("  %6.3f pJ/FLOP above idle\n", (alone_f.watts - idle_w) / r * 1e12);
   std::fflush(stdout);
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  // The rest of a row's line: FLOPs a byte, ms a launch, the board, and the time over the floors.
+  const auto report = [&](double f, double b, const Run& run) {
+    const double s = 1.0 / run.bytes_per_s;
+    std::printf("%6.1f FLOP/B  %8.4f ms  ", f / b, s * 1e3);
+    board(run);
+    std::printf("  x own floor %5.3f", s / std::max(f / r, b / bw));
+    if (bench.gbps > 0 && bench.tflops > 0) {
+      std::printf("  x bench floor %5.3f",
+                  s / std::max(f / (bench.tflops * 1e12), b / (bench.gbps * 1e9)));
+    }
+    std::printf("\n");
+    std::fflush(stdout);
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  };
   for (const Row& row : rows) {
     const long long chunks = chunks_of(row.bytes(2));
     const int k_tiles = tiles_of(row.flops());
     const double b = double(chunks) * sms * kChunk, f = double(k_tiles) * sms * kFlopsPerTile;
-    const Run run = measure(chunks, k_tiles);
-    const double s = 1.0 / run.bytes_per_s;
-    std::printf("%s %-18s T %5d  %6.1f FLOP/B  %8.4f ms  ", dtype, row.name, row.t, f / b, s * 1e3);
-    board(run);
-    std::printf("  x own floor %5.3f", s / std::max(f / r, b / bw));
-    if (bench.gbps > 0 && bench.tflops > 0) {
-      std::printf("  x bench floor %5.3f",
-                  s / std::max(f / (bench.tflops * 1e12), b / (bench.gbps * 1e9)));
-    }
-    std::printf("\n");
-    std::fflush(stdout);
-    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    std::printf("%s %-18s T %5d  ", dtype, row.name, row.t);
+    report(f, b, measure(chunks, k_tiles));
   }
   for (const Row& row : rows) {
     if (row.fed_n == 0) continue;
     double f = 0, b = 0;
-    const Run run = row.fed_n == 144 ? run_fed<D, 144>(meter, seconds, sms, buf, row, f, b)
-                                     : run_fed<D, 152>(meter, seconds, sms, buf, row, f, b);
-    const double s = 1.0 / run.bytes_per_s;
-    std::printf("%s fed N %3d reuse %d %-15s T %5d  %6.1f FLOP/B  %8.4f ms  ", dtype, row.fed_n,
-                row.reuse, row.name, row.t, f / b, s * 1e3);
-    board(run);
-    std::printf("  x own floor %5.3f", s / std::max(f / r, b / bw));
-    if (bench.gbps > 0 && bench.tflops > 0) {
-      std::printf("  x bench floor %5.3f",
-                  s / std::max(f / (bench.tflops * 1e12), b / (bench.gbps * 1e9)));
+    Run run{};
+    switch (row.fed_n) {
+      case 144:
+        run = run_fed<D, 144>(meter, seconds, sms, buf, row, f, b);
+        break;
+      case 152:
+        run = run_fed<D, 152>(meter, seconds, sms, buf, row, f, b);
+        break;
+      default:
+        std::fprintf(stderr, "power_roofline: no fed mimic of %d token rows\n", row.fed_n);
+        std::exit(1);
     }
-    std::printf("\n");
-    std::fflush(stdout);
-    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    std::printf("%s fed N %3d reuse %d %-15s T %5d  ", dtype, row.fed_n, row.reuse, row.name,
+                row.t);
+    report(f, b, run);
   }
 }
 
