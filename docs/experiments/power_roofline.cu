@@ -15,9 +15,9 @@
 // its floor, no kernel of that row runs much below X at the same limit.
 // Each pattern runs ~`seconds` back to back; the draw and the launches' time are the second half's.
 // Prints, per dtype: the stream alone and the multiply alone (the mimic's own ceilings, R and BW),
-// then each row's work: ms a launch, the board, and the time over max(F / R, B / BW); with the
-// bench's ceilings as arguments (its HBM read GB/s and cuBLAS steady TFLOP/s of each dtype), the
-// time over the bench's floor too.
+// the swapped tile's MMAs alone at N = 64, 128, 144 and 160 token rows, then each row's work: ms a
+// launch, the board, and the time over max(F / R, B / BW); with the bench's ceilings as arguments
+// (its HBM read GB/s and cuBLAS steady TFLOP/s of each dtype), the time over the bench's floor too.
 // Build here (nvcc 13; tools/power.cpp for NVML, fmt header-only), run on the GPU host:
 //   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -DFMT_HEADER_ONLY -Itools \
 //        -Ikernel_templates -Xcompiler -Wno-stringop-overflow \
@@ -148,6 +148,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 // HBM stream, each weight K tile used for `reuse` token blocks in turn (the second and later from
 // L2, as the tile order walks an expert's row blocks); two consumer warpgroups wait for a stage,
 // multiply it (2 slices of 64 weight rows each, wgmma.m64nNk16) and release it a batch later.
+// FIXED: the same MMAs alone, on two stages filled once (the N-row tile's own multiply ceiling).
 template <int N>
 struct Fed {
   static constexpr int kStages = 4;
@@ -161,7 +162,7 @@ struct Fed {
   static size_t token_bytes(int reuse) { return size_t(kExperts) * reuse * kKTiles * kTokenBytes; }
 };
 
-template <class D, int N>
+template <class D, int N, bool FIXED>
 __global__ void __launch_bounds__(kThreads, 1)
     fed(const char* stream, const char* tokens, int reuse, int k_tiles, float* sink) {
   using F = Fed<N>;
@@ -169,6 +170,21 @@ __global__ void __launch_bounds__(kThreads, 1)
   const unsigned base = (smem_address(smem_raw) + 1023) & ~1023u;
   const unsigned full = base + F::kStages * F::kStageBytes;
   const unsigned empty = full + 8 * F::kStages;
+  if constexpr (FIXED) {  // two stages of this block's own data, token rows then weight rows
+    const uint4* from_tokens =
+        reinterpret_cast<const uint4*>(tokens) + size_t(blockIdx.x) * 2 * F::kTokenBytes / 16;
+    const uint4* from_weights =
+        reinterpret_cast<const uint4*>(stream) + size_t(blockIdx.x) * 2 * F::kWeightBytes / 16;
+    for (int i = threadIdx.x; i < 2 * F::kStageBytes / 16; i += kThreads) {
+      const int stage = i / (F::kStageBytes / 16), at = i % (F::kStageBytes / 16);
+      const uint4 v = at < F::kTokenBytes / 16
+                          ? from_tokens[stage * (F::kTokenBytes / 16) + at]
+                          : from_weights[stage * (F::kWeightBytes / 16) + at - F::kTokenBytes / 16];
+      asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};" ::"r"(base + 16 * i), "r"(v.x),
+                   "r"(v.y), "r"(v.z), "r"(v.w));
+    }
+    fence_proxy_async();
+  }
   if (threadIdx.x == 0) {
     for (int s = 0; s < F::kStages; ++s) {
       mbarrier_init(full + 8 * s, 1);
@@ -179,7 +195,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   __syncthreads();
   if (threadIdx.x < 128) {
     warpgroup_registers_dec<56>();
-    if (threadIdx.x != 0) return;
+    if (FIXED || threadIdx.x != 0) return;
     const char* mine =
         tokens + size_t(blockIdx.x / 16 % F::kExperts) * reuse * F::kKTiles * F::kTokenBytes;
     for (int kt = 0; kt < k_tiles; ++kt) {
@@ -208,8 +224,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   int release = -1;
   for (int kt = 0; kt < k_tiles; ++kt) {
-    const int stage = kt % F::kStages;
-    mbarrier_wait(full + 8 * stage, (kt / F::kStages) & 1);
+    const int stage = FIXED ? kt & 1 : kt % F::kStages;
+    if (!FIXED) mbarrier_wait(full + 8 * stage, (kt / F::kStages) & 1);
     const unsigned tokens_at = base + stage * F::kStageBytes;
     const unsigned weights_at = tokens_at + F::kTokenBytes + group * 2 * 64 * 128;
     wgmma_fence();
@@ -223,7 +239,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     wgmma_commit();
     wgmma_wait<1>();
-    if (release >= 0 && lane == 0) mbarrier_arrive(empty + 8 * release);
+    if (!FIXED && release >= 0 && lane == 0) mbarrier_arrive(empty + 8 * release);
     release = stage;
   }
   wgmma_wait<0>();
@@ -271,7 +287,7 @@ template <class D, int N>
 Run run_fed(PowerMeter& meter, double seconds, int sms, const Buffers& buf, const Row& row,
             double& flops, double& bytes) {
   using F = Fed<N>;
-  auto kernel = fed<D, N>;
+  auto kernel = fed<D, N, false>;
   CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, F::kSmemBytes));
   const int k_tiles =
       int(std::lround(row.flops() / (double(sms) * F::kFlopsPerTile) / row.reuse)) * row.reuse;
@@ -285,6 +301,24 @@ Run run_fed(PowerMeter& meter, double seconds, int sms, const Buffers& buf, cons
   return steady(meter, seconds, 1.0, [&] {
     kernel<<<sms, kThreads, F::kSmemBytes>>>(buf.stream, buf.fed_tokens, row.reuse, k_tiles,
                                              buf.sink);
+  });
+}
+
+// The N-row tile's MMAs alone (fed's FIXED), `flops` of them: the run, and the FLOPs done.
+template <class D, int N>
+Run run_fixed(PowerMeter& meter, double seconds, int sms, const Buffers& buf, double flops,
+              double& done) {
+  using F = Fed<N>;
+  auto kernel = fed<D, N, true>;
+  CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, F::kSmemBytes));
+  const int k_tiles = int(std::lround(flops / (double(sms) * F::kFlopsPerTile)));
+  done = double(k_tiles) * sms * F::kFlopsPerTile;
+  if (size_t(sms) * 2 * F::kTokenBytes > buf.fed_token_bytes) {
+    std::fprintf(stderr, "power_roofline: the fixed N %d tile needs a larger token buffer\n", N);
+    std::exit(1);
+  }
+  return steady(meter, seconds, 1.0, [&] {
+    kernel<<<sms, kThreads, F::kSmemBytes>>>(buf.stream, buf.fed_tokens, 0, k_tiles, buf.sink);
   });
 }
 
@@ -345,6 +379,26 @@ void run_dtype(const char* dtype, PowerMeter& meter, double idle_w, int sms, dou
   std::printf("  %6.3f pJ/FLOP above idle\n", (alone_f.watts - idle_w) / r * 1e12);
   std::fflush(stdout);
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  // The swapped tile's MMAs alone at the row blocks' N (two 64-row slices a warpgroup).
+  const auto fixed_line = [&](int n, const Run& run, double done) {
+    const double rate = done * run.bytes_per_s;
+    std::printf("%s multiply N %3d  %9.1f TFLOP/s      ", dtype, n, rate / 1e12);
+    board(run);
+    std::printf("  %6.3f pJ/FLOP above idle\n", (run.watts - idle_w) / rate * 1e12);
+    std::fflush(stdout);
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  };
+  {
+    double done = 0;
+    Run run = run_fixed<D, 64>(meter, seconds, sms, buf, most_flops / 4, done);
+    fixed_line(64, run, done);
+    run = run_fixed<D, 128>(meter, seconds, sms, buf, most_flops / 4, done);
+    fixed_line(128, run, done);
+    run = run_fixed<D, 144>(meter, seconds, sms, buf, most_flops / 4, done);
+    fixed_line(144, run, done);
+    run = run_fixed<D, 160>(meter, seconds, sms, buf, most_flops / 4, done);
+    fixed_line(160, run, done);
+  }
   // The rest of a row's line: FLOPs a byte, ms a launch, the board, and the time over the floors.
   const auto report = [&](double f, double b, const Run& run) {
     const double s = 1.0 / run.bytes_per_s;
