@@ -149,6 +149,8 @@ __global__ void __launch_bounds__(kThreads, 1)
 // L2, as the tile order walks an expert's row blocks); two consumer warpgroups wait for a stage,
 // multiply it (2 slices of 64 weight rows each, wgmma.m64nNk16) and release it a batch later.
 // FIXED: the same MMAs alone, on two stages filled once (the N-row tile's own multiply ceiling).
+// GATHER: the token rows as the real gate/up producer gathers them: 16-byte cp.async from all 128
+// producer threads, each row's K tile from a row of 7168 elements, arriving on the stage's barrier.
 template <int N>
 struct Fed {
   static constexpr int kStages = 4;
@@ -162,7 +164,7 @@ struct Fed {
   static size_t token_bytes(int reuse) { return size_t(kExperts) * reuse * kKTiles * kTokenBytes; }
 };
 
-template <class D, int N, bool FIXED>
+template <class D, int N, bool FIXED, bool GATHER>
 __global__ void __launch_bounds__(kThreads, 1)
     fed(const char* stream, const char* tokens, int reuse, int k_tiles, float* sink) {
   using F = Fed<N>;
@@ -187,31 +189,60 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   if (threadIdx.x == 0) {
     for (int s = 0; s < F::kStages; ++s) {
-      mbarrier_init(full + 8 * s, 1);
-      mbarrier_init(empty + 8 * s, 8);  // each consumer warp
+      mbarrier_init(full + 8 * s, GATHER ? 128 + 1 : 1);  // every gathering thread, thread 0
+      mbarrier_init(empty + 8 * s, 8);                    // each consumer warp
     }
     mbarrier_init_fence();
   }
   __syncthreads();
   if (threadIdx.x < 128) {
     warpgroup_registers_dec<56>();
-    if (FIXED || threadIdx.x != 0) return;
+    if (FIXED || (!GATHER && threadIdx.x != 0)) return;
+    const int tid = threadIdx.x, chunk = tid % 8;
     const char* mine =
         tokens + size_t(blockIdx.x / 16 % F::kExperts) * reuse * F::kKTiles * F::kTokenBytes;
+    // GATHER: token block b's rows are K = 7168-element rows of the same buffer, row r of the
+    // block at a hashed row of the expert's range (as the real producer's rows of x), 16-byte
+    // chunks by cp.async from all 128 threads into the 128-byte swizzle, arriving on the stage's
+    // barrier as they land.
+    constexpr int kRowBytes = F::kKTiles * 128;
+    const int pool_rows = reuse * N;  // the expert's range: reuse x N rows of kRowBytes
+    const char* rows[N / 16];
+#pragma unroll
+    for (int j = 0; j < N / 16; ++j) {
+      const unsigned r = unsigned(tid / 8 + 16 * j);
+      rows[j] = mine +
+                size_t((r * 2654435761u >> 7) % unsigned(pool_rows - 8 * reuse)) * kRowBytes +
+                chunk * 16;
+    }
     for (int kt = 0; kt < k_tiles; ++kt) {
       const int stage = kt % F::kStages;
       if (kt >= F::kStages) mbarrier_wait(empty + 8 * stage, ((kt / F::kStages) & 1) ^ 1);
       const unsigned dst = base + stage * F::kStageBytes;
       const int w = kt / reuse;
-      mbarrier_arrive_expect_tx(full + 8 * stage, F::kStageBytes);
-      bulk_load(dst, mine + (size_t(kt % reuse) * F::kKTiles + w % F::kKTiles) * F::kTokenBytes,
-                F::kTokenBytes, full + 8 * stage);
-      const char* weights = stream + (blockIdx.x + size_t(w) * gridDim.x) * F::kWeightBytes;
-      for (int half = 0; half < 2; ++half) {
-        bulk_load(dst + F::kTokenBytes + half * (F::kWeightBytes / 2),
-                  weights + half * (F::kWeightBytes / 2), F::kWeightBytes / 2, full + 8 * stage);
+      if (tid == 0) {
+        mbarrier_arrive_expect_tx(full + 8 * stage, GATHER ? F::kWeightBytes : F::kStageBytes);
+        if (!GATHER) {
+          bulk_load(dst, mine + (size_t(kt % reuse) * F::kKTiles + w % F::kKTiles) * F::kTokenBytes,
+                    F::kTokenBytes, full + 8 * stage);
+        }
+        const char* weights = stream + (blockIdx.x + size_t(w) * gridDim.x) * F::kWeightBytes;
+        for (int half = 0; half < 2; ++half) {
+          bulk_load(dst + F::kTokenBytes + half * (F::kWeightBytes / 2),
+                    weights + half * (F::kWeightBytes / 2), F::kWeightBytes / 2, full + 8 * stage);
+        }
+      }
+      if constexpr (GATHER) {
+        // Block kt % reuse: the same rows 8 (kt % reuse) rows further on; K tile w % 112.
+        const size_t at = size_t(kt % reuse) * 8 * kRowBytes + size_t(w % F::kKTiles) * 128;
+#pragma unroll
+        for (int j = 0; j < N / 16; ++j) {
+          cp_async_16(dst + swizzle_128b(tid / 8 + 16 * j, chunk), rows[j] + at, true);
+        }
+        mbarrier_arrive_on_cp_async(full + 8 * stage);
       }
     }
+    if constexpr (GATHER) cp_async_wait<0>();
     return;
   }
   warpgroup_registers_inc<224>();
@@ -283,11 +314,11 @@ struct Buffers {
 
 // The fed mimic of `row` (its FLOPs, in K tiles of N token rows): seconds a launch, its FLOPs and
 // the bytes it streams from HBM.
-template <class D, int N>
+template <class D, int N, bool GATHER>
 Run run_fed(PowerMeter& meter, double seconds, int sms, const Buffers& buf, const Row& row,
             double& flops, double& bytes) {
   using F = Fed<N>;
-  auto kernel = fed<D, N, false>;
+  auto kernel = fed<D, N, false, GATHER>;
   CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, F::kSmemBytes));
   const int k_tiles =
       int(std::lround(row.flops() / (double(sms) * F::kFlopsPerTile) / row.reuse)) * row.reuse;
@@ -309,7 +340,7 @@ template <class D, int N>
 Run run_fixed(PowerMeter& meter, double seconds, int sms, const Buffers& buf, double flops,
               double& done) {
   using F = Fed<N>;
-  auto kernel = fed<D, N, true>;
+  auto kernel = fed<D, N, true, false>;
   CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, F::kSmemBytes));
   const int k_tiles = int(std::lround(flops / (double(sms) * F::kFlopsPerTile)));
   done = double(k_tiles) * sms * F::kFlopsPerTile;
@@ -420,24 +451,20 @@ void run_dtype(const char* dtype, PowerMeter& meter, double idle_w, int sms, dou
     std::printf("%s %-18s T %5d  ", dtype, row.name, row.t);
     report(f, b, measure(chunks, k_tiles));
   }
-  for (const Row& row : rows) {
-    if (row.fed_n == 0) continue;
-    double f = 0, b = 0;
-    Run run{};
-    switch (row.fed_n) {
-      case 144:
-        run = run_fed<D, 144>(meter, seconds, sms, buf, row, f, b);
-        break;
-      case 152:
-        run = run_fed<D, 152>(meter, seconds, sms, buf, row, f, b);
-        break;
-      default:
+  for (int gather = 0; gather < 2; ++gather) {
+    for (const Row& row : rows) {
+      if (row.fed_n == 0) continue;
+      if (row.fed_n != 144) {
         std::fprintf(stderr, "power_roofline: no fed mimic of %d token rows\n", row.fed_n);
         std::exit(1);
+      }
+      double f = 0, b = 0;
+      const Run run = gather ? run_fed<D, 144, true>(meter, seconds, sms, buf, row, f, b)
+                             : run_fed<D, 144, false>(meter, seconds, sms, buf, row, f, b);
+      std::printf("%s fed%s N %3d reuse %d %-15s T %5d  ", dtype, gather ? " gather" : "       ",
+                  row.fed_n, row.reuse, row.name, row.t);
+      report(f, b, run);
     }
-    std::printf("%s fed N %3d reuse %d %-15s T %5d  ", dtype, row.fed_n, row.reuse, row.name,
-                row.t);
-    report(f, b, run);
   }
 }
 
@@ -457,11 +484,12 @@ int main(int argc, char** argv) {
   const int sms = prop.multiProcessorCount;
   // The fed mimic's N and reuse: the swapped tiles' row blocks at the bench's routing (even
   // blocks of up to 160 or 144 rows, rounded up to 8: ~143 rows an expert at DeepSeek-V3 4096,
-  // ~574 at 16384 in four blocks, gpumode 2048's 304 FLOPs a byte in two blocks of 152).
+  // ~574 at 16384 in four blocks, gpumode 2048's ~256-row routed experts in two blocks; N a
+  // multiple of 16 for the gather's 128 threads, as the real tile's).
   const std::vector<Row> rows = {{"DeepSeek-V3", 7168, 2048, 256, 1, 8, 512, 0, 0},
                                  {"DeepSeek-V3", 7168, 2048, 256, 1, 8, 4096, 144, 1},
                                  {"DeepSeek-V3", 7168, 2048, 256, 1, 8, 16384, 144, 4},
-                                 {"gpumode bench 1", 7168, 2048, 32, 1, 4, 2048, 152, 2},
+                                 {"gpumode bench 1", 7168, 2048, 32, 1, 4, 2048, 144, 2},
                                  {"gpumode bench 2", 7168, 2048, 32, 1, 4, 8192, 0, 0}};
   double most_bytes = 0;
   for (const Row& row : rows) most_bytes = std::max(most_bytes, row.bytes(2));
@@ -472,7 +500,7 @@ int main(int argc, char** argv) {
   CHECK(cudaMalloc(&buf.tokens, size_t(sms) * kMmaStages * kTokenBytes));
   CHECK(cudaMalloc(&buf.weights, size_t(sms) * kMmaStages * kWeightBytes));
   CHECK(cudaMalloc(&buf.sink, kThreads * sizeof(float)));
-  buf.fed_token_bytes = std::max(Fed<144>::token_bytes(4), Fed<152>::token_bytes(2));
+  buf.fed_token_bytes = Fed<144>::token_bytes(4);
   CHECK(cudaMalloc(&buf.fed_tokens, buf.fed_token_bytes));
   std::printf(
       "%s, %d SMs, power limit %.0f W; one block an SM: a linear bulk-copy stream of weight-like "
