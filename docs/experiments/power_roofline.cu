@@ -22,7 +22,8 @@
 //   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -DFMT_HEADER_ONLY -Itools \
 //        -Ikernel_templates -Xcompiler -Wno-stringop-overflow \
 //        -o power_roofline docs/experiments/power_roofline.cu tools/power.cpp
-// Run: ./power_roofline [seconds [hbm_gbps bf16_tflops fp16_tflops]] (default 2 s, no bench floor).
+// Run: ./power_roofline [seconds [all|fed [hbm_gbps bf16_tflops fp16_tflops]]] (default 2 s, all,
+// no bench floor); fed: bf16's ceilings and its fed mimics only, with split rings (PERF.md 65e).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -32,6 +33,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 #include <thread>
 #include <type_traits>
 #include <vector>
@@ -257,6 +259,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   for (int kt = 0; kt < k_tiles; ++kt) {
     const int stage = FIXED ? kt & 1 : kt % F::kStages;
     if (!FIXED) mbarrier_wait(full + 8 * stage, (kt / F::kStages) & 1);
+    if (GATHER) fence_proxy_async();  // cp.async's generic-proxy writes, before wgmma reads them
     const unsigned tokens_at = base + stage * F::kStageBytes;
     const unsigned weights_at = tokens_at + F::kTokenBytes + group * 2 * 64 * 128;
     wgmma_fence();
@@ -272,6 +275,138 @@ __global__ void __launch_bounds__(kThreads, 1)
     wgmma_wait<1>();
     if (!FIXED && release >= 0 && lane == 0) mbarrier_arrive(empty + 8 * release);
     release = stage;
+  }
+  wgmma_wait<0>();
+  float total = 0.f;
+#pragma unroll
+  for (int s = 0; s < 2; ++s) {
+#pragma unroll
+    for (int i = 0; i < N / 2; ++i) {
+      asm volatile("" : "+f"(acc[s][i])::"memory");
+      total += acc[s][i];
+    }
+  }
+  if (total == 1234.5f) sink[threadIdx.x] = total;
+}
+
+// The fed mimic with split rings (docs/PERF.md 65e): TS stages of token rows and WS of weight rows,
+// each with its own barriers, so that the token rows can be asked for further ahead than the
+// weights. Warp 0's thread 0 loads the weights (two 16 KiB bulk copies a K tile); warps 1-3 load
+// the token rows, by one bulk copy (thread 32) or gathered by cp.async from their 96 threads (12
+// row groups of 8 16-byte chunks). The consumers wait for both stages of a K tile and release both
+// a batch later.
+template <int N, int TS, int WS>
+struct Split {
+  static constexpr int kTokenBytes = N * 128;
+  static constexpr int kWeightBytes = 256 * 128;
+  static constexpr int kSmemBytes = TS * kTokenBytes + WS * kWeightBytes + 2 * 8 * (TS + WS) + 1024;
+  static_assert(kTokenBytes % 1024 == 0 && N % 12 == 0, "whole swizzle atoms, 12 row groups");
+  static_assert(kSmemBytes <= 227 * 1024, "the rings fit an SM");
+};
+
+template <class D, int N, bool GATHER, int TS, int WS>
+__global__ void __launch_bounds__(kThreads, 1)
+    fed_split(const char* stream, const char* tokens, int reuse, int k_tiles, float* sink) {
+  using F = Fed<N>;
+  using S = Split<N, TS, WS>;
+  extern __shared__ char smem_raw[];
+  const unsigned base = (smem_address(smem_raw) + 1023) & ~1023u;
+  const unsigned weights_base = base + TS * S::kTokenBytes;
+  const unsigned tfull = weights_base + WS * S::kWeightBytes, tempty = tfull + 8 * TS;
+  const unsigned wfull = tempty + 8 * TS, wempty = wfull + 8 * WS;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < TS; ++s) {
+      mbarrier_init(tfull + 8 * s, GATHER ? 96 : 1);
+      mbarrier_init(tempty + 8 * s, 8);
+    }
+    for (int s = 0; s < WS; ++s) {
+      mbarrier_init(wfull + 8 * s, 1);
+      mbarrier_init(wempty + 8 * s, 8);
+    }
+    mbarrier_init_fence();
+  }
+  __syncthreads();
+  if (threadIdx.x < 128) {
+    warpgroup_registers_dec<56>();
+    if (threadIdx.x == 0) {
+      for (int kt = 0; kt < k_tiles; ++kt) {
+        const int stage = kt % WS;
+        if (kt >= WS) mbarrier_wait(wempty + 8 * stage, ((kt / WS) & 1) ^ 1);
+        const unsigned dst = weights_base + stage * S::kWeightBytes;
+        mbarrier_arrive_expect_tx(wfull + 8 * stage, S::kWeightBytes);
+        const char* weights =
+            stream + (blockIdx.x + size_t(kt / reuse) * gridDim.x) * S::kWeightBytes;
+        for (int half = 0; half < 2; ++half) {
+          bulk_load(dst + half * (S::kWeightBytes / 2), weights + half * (S::kWeightBytes / 2),
+                    S::kWeightBytes / 2, wfull + 8 * stage);
+        }
+      }
+      return;
+    }
+    if (threadIdx.x < 32 || (!GATHER && threadIdx.x != 32)) return;
+    const int tid = threadIdx.x - 32, chunk = tid % 8;
+    const char* mine =
+        tokens + size_t(blockIdx.x / 16 % F::kExperts) * reuse * F::kKTiles * F::kTokenBytes;
+    constexpr int kRowBytes = F::kKTiles * 128;
+    const int pool_rows = reuse * N;
+    const char* rows[N / 12];
+#pragma unroll
+    for (int j = 0; j < N / 12; ++j) {
+      const unsigned r = unsigned(tid / 8 + 12 * j);
+      rows[j] = mine +
+                size_t((r * 2654435761u >> 7) % unsigned(pool_rows - 8 * reuse)) * kRowBytes +
+                chunk * 16;
+    }
+    for (int kt = 0; kt < k_tiles; ++kt) {
+      const int stage = kt % TS, w = kt / reuse;
+      if (kt >= TS) mbarrier_wait(tempty + 8 * stage, ((kt / TS) & 1) ^ 1);
+      const unsigned dst = base + stage * S::kTokenBytes;
+      if constexpr (GATHER) {
+        const size_t at = size_t(kt % reuse) * 8 * kRowBytes + size_t(w % F::kKTiles) * 128;
+#pragma unroll
+        for (int j = 0; j < N / 12; ++j) {
+          cp_async_16(dst + swizzle_128b(tid / 8 + 12 * j, chunk), rows[j] + at, true);
+        }
+        mbarrier_arrive_on_cp_async(tfull + 8 * stage);
+      } else {
+        mbarrier_arrive_expect_tx(tfull + 8 * stage, S::kTokenBytes);
+        bulk_load(dst, mine + (size_t(kt % reuse) * F::kKTiles + w % F::kKTiles) * F::kTokenBytes,
+                  S::kTokenBytes, tfull + 8 * stage);
+      }
+    }
+    if constexpr (GATHER) cp_async_wait<0>();
+    return;
+  }
+  warpgroup_registers_inc<224>();
+  const int group = threadIdx.x / 128 - 1, lane = threadIdx.x % 32;
+  float acc[2][N / 2];
+#pragma unroll
+  for (int s = 0; s < 2; ++s) {
+#pragma unroll
+    for (int i = 0; i < N / 2; ++i) acc[s][i] = 0.f;
+  }
+  for (int kt = 0; kt < k_tiles; ++kt) {
+    const int ts = kt % TS, ws = kt % WS;
+    mbarrier_wait(tfull + 8 * ts, (kt / TS) & 1);
+    mbarrier_wait(wfull + 8 * ws, (kt / WS) & 1);
+    if (GATHER) fence_proxy_async();  // cp.async's generic-proxy writes, before wgmma reads them
+    const unsigned tokens_at = base + ts * S::kTokenBytes;
+    const unsigned weights_at = weights_base + ws * S::kWeightBytes + group * 2 * 64 * 128;
+    wgmma_fence();
+#pragma unroll
+    for (int ks = 0; ks < 4; ++ks) {
+#pragma unroll
+      for (int s = 0; s < 2; ++s) {
+        WgmmaTokens<D, N>::mma(acc[s], smem_descriptor(weights_at + s * 64 * 128 + ks * 32),
+                               smem_descriptor(tokens_at + ks * 32), 1);
+      }
+    }
+    wgmma_commit();
+    wgmma_wait<1>();
+    if (kt > 0 && lane == 0) {
+      mbarrier_arrive(tempty + 8 * ((kt - 1) % TS));
+      mbarrier_arrive(wempty + 8 * ((kt - 1) % WS));
+    }
   }
   wgmma_wait<0>();
   float total = 0.f;
@@ -335,6 +470,29 @@ Run run_fed(PowerMeter& meter, double seconds, int sms, const Buffers& buf, cons
   });
 }
 
+// The split-ring mimic of `row`, as run_fed.
+template <class D, int N, bool GATHER, int TS, int WS>
+Run run_split(PowerMeter& meter, double seconds, int sms, const Buffers& buf, const Row& row,
+              double& flops, double& bytes) {
+  using F = Fed<N>;
+  using S = Split<N, TS, WS>;
+  auto kernel = fed_split<D, N, GATHER, TS, WS>;
+  CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, S::kSmemBytes));
+  const int k_tiles =
+      int(std::lround(row.flops() / (double(sms) * F::kFlopsPerTile) / row.reuse)) * row.reuse;
+  flops = double(k_tiles) * sms * F::kFlopsPerTile;
+  bytes = double(k_tiles / row.reuse) * sms * F::kWeightBytes;
+  if (bytes > double(buf.stream_bytes) || F::token_bytes(row.reuse) > buf.fed_token_bytes) {
+    std::fprintf(stderr, "power_roofline: the split mimic of %s T %d needs larger buffers\n",
+                 row.name, row.t);
+    std::exit(1);
+  }
+  return steady(meter, seconds, 1.0, [&] {
+    kernel<<<sms, kThreads, S::kSmemBytes>>>(buf.stream, buf.fed_tokens, row.reuse, k_tiles,
+                                             buf.sink);
+  });
+}
+
 // The N-row tile's MMAs alone (fed's FIXED), `flops` of them: the run, and the FLOPs done.
 template <class D, int N>
 Run run_fixed(PowerMeter& meter, double seconds, int sms, const Buffers& buf, double flops,
@@ -353,9 +511,11 @@ Run run_fixed(PowerMeter& meter, double seconds, int sms, const Buffers& buf, do
   });
 }
 
+// One dtype's lines. fed_only: the two ceilings, then only the fed mimics of the rows whose weight
+// tiles serve more than one token block, in the unified ring and in split rings.
 template <class D>
 void run_dtype(const char* dtype, PowerMeter& meter, double idle_w, int sms, double seconds,
-               const Buffers& buf, const std::vector<Row>& rows, Ceilings bench) {
+               const Buffers& buf, const std::vector<Row>& rows, Ceilings bench, bool fed_only) {
   constexpr bool kBf16 = std::is_same_v<D, BF16>;
   const float scale = 1.0f / std::sqrt(2048.0f);
   fill_normal<kBf16><<<4 * sms, 256>>>(reinterpret_cast<unsigned*>(buf.stream),
@@ -419,7 +579,7 @@ void run_dtype(const char* dtype, PowerMeter& meter, double idle_w, int sms, dou
     std::fflush(stdout);
     std::this_thread::sleep_for(std::chrono::milliseconds(300));
   };
-  {
+  if (!fed_only) {
     double done = 0;
     Run run = run_fixed<D, 64>(meter, seconds, sms, buf, most_flops / 4, done);
     fixed_line(64, run, done);
@@ -445,6 +605,7 @@ void run_dtype(const char* dtype, PowerMeter& meter, double idle_w, int sms, dou
     std::this_thread::sleep_for(std::chrono::milliseconds(300));
   };
   for (const Row& row : rows) {
+    if (fed_only) break;
     const long long chunks = chunks_of(row.bytes(2));
     const int k_tiles = tiles_of(row.flops());
     const double b = double(chunks) * sms * kChunk, f = double(k_tiles) * sms * kFlopsPerTile;
@@ -453,7 +614,7 @@ void run_dtype(const char* dtype, PowerMeter& meter, double idle_w, int sms, dou
   }
   for (int gather = 0; gather < 2; ++gather) {
     for (const Row& row : rows) {
-      if (row.fed_n == 0) continue;
+      if (row.fed_n == 0 || (fed_only && row.reuse < 2)) continue;
       if (row.fed_n != 144) {
         std::fprintf(stderr, "power_roofline: no fed mimic of %d token rows\n", row.fed_n);
         std::exit(1);
@@ -466,16 +627,34 @@ void run_dtype(const char* dtype, PowerMeter& meter, double idle_w, int sms, dou
       report(f, b, run);
     }
   }
+  if (!fed_only) return;
+  // Split rings: token stages / weight stages.
+  for (const Row& row : rows) {
+    if (row.fed_n != 144 || row.reuse < 2) continue;
+    const auto line = [&](const char* name, Run (*run)(PowerMeter&, double, int, const Buffers&,
+                                                       const Row&, double&, double&)) {
+      double f = 0, b = 0;
+      const Run r = run(meter, seconds, sms, buf, row, f, b);
+      std::printf("%s split %-13s reuse %d %-15s T %5d  ", dtype, name, row.reuse, row.name, row.t);
+      report(f, b, r);
+    };
+    line("bulk 4/3", run_split<D, 144, false, 4, 3>);
+    line("gather 4/3", run_split<D, 144, true, 4, 3>);
+    line("gather 6/3", run_split<D, 144, true, 6, 3>);
+    line("gather 8/2", run_split<D, 144, true, 8, 2>);
+    line("bulk 6/3", run_split<D, 144, false, 6, 3>);
+  }
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   const double seconds = argc > 1 ? std::atof(argv[1]) : 2.0;
+  const bool fed_only = argc > 2 && std::string(argv[2]) == "fed";
   Ceilings bf16, fp16;
-  if (argc > 4) {
-    bf16 = {std::atof(argv[2]), std::atof(argv[3])};
-    fp16 = {std::atof(argv[2]), std::atof(argv[4])};
+  if (argc > 5) {
+    bf16 = {std::atof(argv[3]), std::atof(argv[4])};
+    fp16 = {std::atof(argv[3]), std::atof(argv[5])};
   }
   cudaDeviceProp prop;
   CHECK(cudaGetDeviceProperties(&prop, 0));
@@ -510,8 +689,8 @@ int main(int argc, char** argv) {
   const PowerMeter::Reading idle =
       meter.idle(std::chrono::milliseconds(500), std::chrono::milliseconds(1000));
   std::printf("idle %.0f W %.0f MHz\n", idle.watts, idle.sm_mhz);
-  run_dtype<BF16>("bf16", meter, idle.watts, sms, seconds, buf, rows, bf16);
-  run_dtype<F16>("fp16", meter, idle.watts, sms, seconds, buf, rows, fp16);
+  run_dtype<BF16>("bf16", meter, idle.watts, sms, seconds, buf, rows, bf16, fed_only);
+  if (!fed_only) run_dtype<F16>("fp16", meter, idle.watts, sms, seconds, buf, rows, fp16, false);
   CHECK(cudaGetLastError());
   CHECK(cudaFree(buf.stream));
   CHECK(cudaFree(buf.tokens));
