@@ -22,8 +22,9 @@
 //   nvcc -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -DFMT_HEADER_ONLY -Itools \
 //        -Ikernel_templates -Xcompiler -Wno-stringop-overflow \
 //        -o power_roofline docs/experiments/power_roofline.cu tools/power.cpp
-// Run: ./power_roofline [seconds [all|fed [hbm_gbps bf16_tflops fp16_tflops]]] (default 2 s, all,
-// no bench floor); fed: bf16's ceilings and its fed mimics only, with split rings (PERF.md 65e).
+// Run: ./power_roofline [seconds [all|fed|split [hbm_gbps bf16_tflops fp16_tflops]]] (default 2 s,
+// all, no bench floor); fed: bf16's ceilings and its fed mimics by each way of loading the token
+// rows; split: those and the split rings (PERF.md 65e).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -153,6 +154,10 @@ __global__ void __launch_bounds__(kThreads, 1)
 // FIXED: the same MMAs alone, on two stages filled once (the N-row tile's own multiply ceiling).
 // GATHER: the token rows as the real gate/up producer gathers them: 16-byte cp.async from all 128
 // producer threads, each row's K tile from a row of 7168 elements, arriving on the stage's barrier.
+// How the fed mimic's token rows come: one bulk copy a stage, gathered by cp.async from the
+// producer's 128 threads, or one 128-byte bulk copy a row from warp 1's lanes.
+enum TokensBy { kByBulk = 0, kByGather = 1, kByRows = 2 };
+
 template <int N>
 struct Fed {
   static constexpr int kStages = 4;
@@ -166,10 +171,11 @@ struct Fed {
   static size_t token_bytes(int reuse) { return size_t(kExperts) * reuse * kKTiles * kTokenBytes; }
 };
 
-template <class D, int N, bool FIXED, bool GATHER>
+template <class D, int N, bool FIXED, int BY>
 __global__ void __launch_bounds__(kThreads, 1)
     fed(const char* stream, const char* tokens, int reuse, int k_tiles, float* sink) {
   using F = Fed<N>;
+  constexpr bool GATHER = BY == kByGather, ROWS = BY == kByRows;
   extern __shared__ char smem_raw[];
   const unsigned base = (smem_address(smem_raw) + 1023) & ~1023u;
   const unsigned full = base + F::kStages * F::kStageBytes;
@@ -199,7 +205,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   __syncthreads();
   if (threadIdx.x < 128) {
     warpgroup_registers_dec<56>();
-    if (FIXED || (!GATHER && threadIdx.x != 0)) return;
+    if (FIXED || (BY == kByBulk && threadIdx.x != 0) ||
+        (ROWS && threadIdx.x >= 64 && threadIdx.x != 0)) {
+      return;
+    }
+    if (ROWS && threadIdx.x > 0 && threadIdx.x < 32) return;
     const int tid = threadIdx.x, chunk = tid % 8;
     const char* mine =
         tokens + size_t(blockIdx.x / 16 % F::kExperts) * reuse * F::kKTiles * F::kTokenBytes;
@@ -209,13 +219,15 @@ __global__ void __launch_bounds__(kThreads, 1)
     // barrier as they land.
     constexpr int kRowBytes = F::kKTiles * 128;
     const int pool_rows = reuse * N;  // the expert's range: reuse x N rows of kRowBytes
+    // ROWS: the same rows, one 128-byte bulk copy a row's K tile from warp 1's lanes (row
+    // lane + 32 j), unswizzled (the MMAs' data is not checked).
     const char* rows[N / 16];
 #pragma unroll
     for (int j = 0; j < N / 16; ++j) {
-      const unsigned r = unsigned(tid / 8 + 16 * j);
+      const unsigned r = ROWS ? unsigned(tid - 32 + 32 * j) : unsigned(tid / 8 + 16 * j);
       rows[j] = mine +
                 size_t((r * 2654435761u >> 7) % unsigned(pool_rows - 8 * reuse)) * kRowBytes +
-                chunk * 16;
+                (ROWS ? 0 : chunk * 16);
     }
     for (int kt = 0; kt < k_tiles; ++kt) {
       const int stage = kt % F::kStages;
@@ -224,7 +236,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       const int w = kt / reuse;
       if (tid == 0) {
         mbarrier_arrive_expect_tx(full + 8 * stage, GATHER ? F::kWeightBytes : F::kStageBytes);
-        if (!GATHER) {
+        if (BY == kByBulk) {
           bulk_load(dst, mine + (size_t(kt % reuse) * F::kKTiles + w % F::kKTiles) * F::kTokenBytes,
                     F::kTokenBytes, full + 8 * stage);
         }
@@ -242,6 +254,14 @@ __global__ void __launch_bounds__(kThreads, 1)
           cp_async_16(dst + swizzle_128b(tid / 8 + 16 * j, chunk), rows[j] + at, true);
         }
         mbarrier_arrive_on_cp_async(full + 8 * stage);
+      }
+      if (ROWS && tid >= 32) {
+        const size_t at = size_t(kt % reuse) * 8 * kRowBytes + size_t(w % F::kKTiles) * 128;
+#pragma unroll
+        for (int j = 0; j < (N + 31) / 32; ++j) {
+          const int r = tid - 32 + 32 * j;
+          if (r < N) bulk_load(dst + r * 128, rows[j] + at, 128, full + 8 * stage);
+        }
       }
     }
     if constexpr (GATHER) cp_async_wait<0>();
@@ -449,11 +469,11 @@ struct Buffers {
 
 // The fed mimic of `row` (its FLOPs, in K tiles of N token rows): seconds a launch, its FLOPs and
 // the bytes it streams from HBM.
-template <class D, int N, bool GATHER>
+template <class D, int N, int BY>
 Run run_fed(PowerMeter& meter, double seconds, int sms, const Buffers& buf, const Row& row,
             double& flops, double& bytes) {
   using F = Fed<N>;
-  auto kernel = fed<D, N, false, GATHER>;
+  auto kernel = fed<D, N, false, BY>;
   CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, F::kSmemBytes));
   const int k_tiles =
       int(std::lround(row.flops() / (double(sms) * F::kFlopsPerTile) / row.reuse)) * row.reuse;
@@ -498,7 +518,7 @@ template <class D, int N>
 Run run_fixed(PowerMeter& meter, double seconds, int sms, const Buffers& buf, double flops,
               double& done) {
   using F = Fed<N>;
-  auto kernel = fed<D, N, true, false>;
+  auto kernel = fed<D, N, true, kByBulk>;
   CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, F::kSmemBytes));
   const int k_tiles = int(std::lround(flops / (double(sms) * F::kFlopsPerTile)));
   done = double(k_tiles) * sms * F::kFlopsPerTile;
@@ -512,10 +532,12 @@ Run run_fixed(PowerMeter& meter, double seconds, int sms, const Buffers& buf, do
 }
 
 // One dtype's lines. fed_only: the two ceilings, then only the fed mimics of the rows whose weight
-// tiles serve more than one token block, in the unified ring and in split rings.
+// tiles serve more than one token block, their token rows by each TokensBy; split: then in split
+// rings too.
 template <class D>
 void run_dtype(const char* dtype, PowerMeter& meter, double idle_w, int sms, double seconds,
-               const Buffers& buf, const std::vector<Row>& rows, Ceilings bench, bool fed_only) {
+               const Buffers& buf, const std::vector<Row>& rows, Ceilings bench, bool fed_only,
+               bool split) {
   constexpr bool kBf16 = std::is_same_v<D, BF16>;
   const float scale = 1.0f / std::sqrt(2048.0f);
   fill_normal<kBf16><<<4 * sms, 256>>>(reinterpret_cast<unsigned*>(buf.stream),
@@ -612,7 +634,7 @@ void run_dtype(const char* dtype, PowerMeter& meter, double idle_w, int sms, dou
     std::printf("%s %-18s T %5d  ", dtype, row.name, row.t);
     report(f, b, measure(chunks, k_tiles));
   }
-  for (int gather = 0; gather < 2; ++gather) {
+  for (int by = kByBulk; by <= (fed_only ? kByRows : kByGather); ++by) {
     for (const Row& row : rows) {
       if (row.fed_n == 0 || (fed_only && row.reuse < 2)) continue;
       if (row.fed_n != 144) {
@@ -620,14 +642,17 @@ void run_dtype(const char* dtype, PowerMeter& meter, double idle_w, int sms, dou
         std::exit(1);
       }
       double f = 0, b = 0;
-      const Run run = gather ? run_fed<D, 144, true>(meter, seconds, sms, buf, row, f, b)
-                             : run_fed<D, 144, false>(meter, seconds, sms, buf, row, f, b);
-      std::printf("%s fed%s N %3d reuse %d %-15s T %5d  ", dtype, gather ? " gather" : "       ",
-                  row.fed_n, row.reuse, row.name, row.t);
+      const Run run =
+          by == kByGather ? run_fed<D, 144, kByGather>(meter, seconds, sms, buf, row, f, b)
+          : by == kByRows ? run_fed<D, 144, kByRows>(meter, seconds, sms, buf, row, f, b)
+                          : run_fed<D, 144, kByBulk>(meter, seconds, sms, buf, row, f, b);
+      static const char* const kBy[] = {"       ", " gather", " rows  "};
+      std::printf("%s fed%s N %3d reuse %d %-15s T %5d  ", dtype, kBy[by], row.fed_n, row.reuse,
+                  row.name, row.t);
       report(f, b, run);
     }
   }
-  if (!fed_only) return;
+  if (!split) return;
   // Split rings: token stages / weight stages.
   for (const Row& row : rows) {
     if (row.fed_n != 144 || row.reuse < 2) continue;
@@ -650,7 +675,12 @@ void run_dtype(const char* dtype, PowerMeter& meter, double idle_w, int sms, dou
 
 int main(int argc, char** argv) {
   const double seconds = argc > 1 ? std::atof(argv[1]) : 2.0;
-  const bool fed_only = argc > 2 && std::string(argv[2]) == "fed";
+  const std::string mode = argc > 2 ? argv[2] : "all";
+  const bool fed_only = mode == "fed" || mode == "split";
+  if (!fed_only && mode != "all") {
+    std::fprintf(stderr, "power_roofline: mode %s is none of all, fed, split\n", mode.c_str());
+    return 1;
+  }
   Ceilings bf16, fp16;
   if (argc > 5) {
     bf16 = {std::atof(argv[3]), std::atof(argv[4])};
@@ -689,8 +719,11 @@ int main(int argc, char** argv) {
   const PowerMeter::Reading idle =
       meter.idle(std::chrono::milliseconds(500), std::chrono::milliseconds(1000));
   std::printf("idle %.0f W %.0f MHz\n", idle.watts, idle.sm_mhz);
-  run_dtype<BF16>("bf16", meter, idle.watts, sms, seconds, buf, rows, bf16, fed_only);
-  if (!fed_only) run_dtype<F16>("fp16", meter, idle.watts, sms, seconds, buf, rows, fp16, false);
+  run_dtype<BF16>("bf16", meter, idle.watts, sms, seconds, buf, rows, bf16, fed_only,
+                  mode == "split");
+  if (!fed_only) {
+    run_dtype<F16>("fp16", meter, idle.watts, sms, seconds, buf, rows, fp16, false, false);
+  }
   CHECK(cudaGetLastError());
   CHECK(cudaFree(buf.stream));
   CHECK(cudaFree(buf.tokens));
