@@ -171,6 +171,41 @@ struct Fed {
   static size_t token_bytes(int reuse) { return size_t(kExperts) * reuse * kKTiles * kTokenBytes; }
 };
 
+// A consumer warpgroup's K tile in the fed mimics: its two 64-row weight slices against the
+// stage's N token rows, 4 k16 steps, committed as one batch and waited for one batch later.
+template <class D, int N>
+__device__ __forceinline__ void mma_k_tile(float (&acc)[2][N / 2], unsigned weights_at,
+                                           unsigned tokens_at) {
+  wgmma_fence();
+#pragma unroll
+  for (int ks = 0; ks < 4; ++ks) {
+#pragma unroll
+    for (int s = 0; s < 2; ++s) {
+      WgmmaTokens<D, N>::mma(acc[s], smem_descriptor(weights_at + s * 64 * 128 + ks * 32),
+                             smem_descriptor(tokens_at + ks * 32), 1);
+    }
+  }
+  wgmma_commit();
+  wgmma_wait<1>();
+}
+
+// Every accumulator out after the last batch, each pinned after the wait (wgmma_smem.cu says
+// why), so that ptxas keeps every MMA.
+template <int N>
+__device__ __forceinline__ void drain_to_sink(float (&acc)[2][N / 2], float* sink) {
+  wgmma_wait<0>();
+  float total = 0.f;
+#pragma unroll
+  for (int s = 0; s < 2; ++s) {
+#pragma unroll
+    for (int i = 0; i < N / 2; ++i) {
+      asm volatile("" : "+f"(acc[s][i])::"memory");
+      total += acc[s][i];
+    }
+  }
+  if (total == 1234.5f) sink[threadIdx.x] = total;
+}
+
 template <class D, int N, bool FIXED, int BY>
 __global__ void __launch_bounds__(kThreads, 1)
     fed(const char* stream, const char* tokens, int reuse, int k_tiles, float* sink) {
@@ -269,12 +304,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   warpgroup_registers_inc<224>();
   const int group = threadIdx.x / 128 - 1, lane = threadIdx.x % 32;
-  float acc[2][N / 2];
-#pragma unroll
-  for (int s = 0; s < 2; ++s) {
-#pragma unroll
-    for (int i = 0; i < N / 2; ++i) acc[s][i] = 0.f;
-  }
+  float acc[2][N / 2] = {};
   int release = -1;
   for (int kt = 0; kt < k_tiles; ++kt) {
     const int stage = FIXED ? kt & 1 : kt % F::kStages;
@@ -282,31 +312,11 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (GATHER) fence_proxy_async();  // cp.async's generic-proxy writes, before wgmma reads them
     const unsigned tokens_at = base + stage * F::kStageBytes;
     const unsigned weights_at = tokens_at + F::kTokenBytes + group * 2 * 64 * 128;
-    wgmma_fence();
-#pragma unroll
-    for (int ks = 0; ks < 4; ++ks) {
-#pragma unroll
-      for (int s = 0; s < 2; ++s) {
-        WgmmaTokens<D, N>::mma(acc[s], smem_descriptor(weights_at + s * 64 * 128 + ks * 32),
-                               smem_descriptor(tokens_at + ks * 32), 1);
-      }
-    }
-    wgmma_commit();
-    wgmma_wait<1>();
+    mma_k_tile<D, N>(acc, weights_at, tokens_at);
     if (!FIXED && release >= 0 && lane == 0) mbarrier_arrive(empty + 8 * release);
     release = stage;
   }
-  wgmma_wait<0>();
-  float total = 0.f;
-#pragma unroll
-  for (int s = 0; s < 2; ++s) {
-#pragma unroll
-    for (int i = 0; i < N / 2; ++i) {
-      asm volatile("" : "+f"(acc[s][i])::"memory");
-      total += acc[s][i];
-    }
-  }
-  if (total == 1234.5f) sink[threadIdx.x] = total;
+  drain_to_sink<N>(acc, sink);
 }
 
 // The fed mimic with split rings (docs/PERF.md 65e): TS stages of token rows and WS of weight rows,
@@ -399,12 +409,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   warpgroup_registers_inc<224>();
   const int group = threadIdx.x / 128 - 1, lane = threadIdx.x % 32;
-  float acc[2][N / 2];
-#pragma unroll
-  for (int s = 0; s < 2; ++s) {
-#pragma unroll
-    for (int i = 0; i < N / 2; ++i) acc[s][i] = 0.f;
-  }
+  float acc[2][N / 2] = {};
   for (int kt = 0; kt < k_tiles; ++kt) {
     const int ts = kt % TS, ws = kt % WS;
     mbarrier_wait(tfull + 8 * ts, (kt / TS) & 1);
@@ -412,33 +417,13 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (GATHER) fence_proxy_async();  // cp.async's generic-proxy writes, before wgmma reads them
     const unsigned tokens_at = base + ts * S::kTokenBytes;
     const unsigned weights_at = weights_base + ws * S::kWeightBytes + group * 2 * 64 * 128;
-    wgmma_fence();
-#pragma unroll
-    for (int ks = 0; ks < 4; ++ks) {
-#pragma unroll
-      for (int s = 0; s < 2; ++s) {
-        WgmmaTokens<D, N>::mma(acc[s], smem_descriptor(weights_at + s * 64 * 128 + ks * 32),
-                               smem_descriptor(tokens_at + ks * 32), 1);
-      }
-    }
-    wgmma_commit();
-    wgmma_wait<1>();
+    mma_k_tile<D, N>(acc, weights_at, tokens_at);
     if (kt > 0 && lane == 0) {
       mbarrier_arrive(tempty + 8 * ((kt - 1) % TS));
       mbarrier_arrive(wempty + 8 * ((kt - 1) % WS));
     }
   }
-  wgmma_wait<0>();
-  float total = 0.f;
-#pragma unroll
-  for (int s = 0; s < 2; ++s) {
-#pragma unroll
-    for (int i = 0; i < N / 2; ++i) {
-      asm volatile("" : "+f"(acc[s][i])::"memory");
-      total += acc[s][i];
-    }
-  }
-  if (total == 1234.5f) sink[threadIdx.x] = total;
+  drain_to_sink<N>(acc, sink);
 }
 
 struct Row {
@@ -467,50 +452,42 @@ struct Buffers {
   float* sink;
 };
 
-// The fed mimic of `row` (its FLOPs, in K tiles of N token rows): seconds a launch, its FLOPs and
+using RingKernel = void (*)(const char*, const char*, int, int, float*);
+
+// A ring mimic (fed or fed_split, `smem_bytes` of shared memory) of `row`: its FLOPs in K tiles of
+// N token rows, each weight K tile serving row.reuse token blocks; seconds a launch, its FLOPs and
 // the bytes it streams from HBM.
-template <class D, int N, int BY>
-Run run_fed(PowerMeter& meter, double seconds, int sms, const Buffers& buf, const Row& row,
-            double& flops, double& bytes) {
+template <int N>
+Run run_ring(RingKernel kernel, int smem_bytes, PowerMeter& meter, double seconds, int sms,
+             const Buffers& buf, const Row& row, double& flops, double& bytes) {
   using F = Fed<N>;
-  auto kernel = fed<D, N, false, BY>;
-  CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, F::kSmemBytes));
+  CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
   const int k_tiles =
       int(std::lround(row.flops() / (double(sms) * F::kFlopsPerTile) / row.reuse)) * row.reuse;
   flops = double(k_tiles) * sms * F::kFlopsPerTile;
   bytes = double(k_tiles / row.reuse) * sms * F::kWeightBytes;
   if (bytes > double(buf.stream_bytes) || F::token_bytes(row.reuse) > buf.fed_token_bytes) {
-    std::fprintf(stderr, "power_roofline: the fed mimic of %s T %d needs larger buffers\n",
+    std::fprintf(stderr, "power_roofline: the ring mimic of %s T %d needs larger buffers\n",
                  row.name, row.t);
     std::exit(1);
   }
   return steady(meter, seconds, 1.0, [&] {
-    kernel<<<sms, kThreads, F::kSmemBytes>>>(buf.stream, buf.fed_tokens, row.reuse, k_tiles,
-                                             buf.sink);
+    kernel<<<sms, kThreads, smem_bytes>>>(buf.stream, buf.fed_tokens, row.reuse, k_tiles, buf.sink);
   });
 }
 
-// The split-ring mimic of `row`, as run_fed.
+template <class D, int N, int BY>
+Run run_fed(PowerMeter& meter, double seconds, int sms, const Buffers& buf, const Row& row,
+            double& flops, double& bytes) {
+  return run_ring<N>(fed<D, N, false, BY>, Fed<N>::kSmemBytes, meter, seconds, sms, buf, row, flops,
+                     bytes);
+}
+
 template <class D, int N, bool GATHER, int TS, int WS>
 Run run_split(PowerMeter& meter, double seconds, int sms, const Buffers& buf, const Row& row,
               double& flops, double& bytes) {
-  using F = Fed<N>;
-  using S = Split<N, TS, WS>;
-  auto kernel = fed_split<D, N, GATHER, TS, WS>;
-  CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, S::kSmemBytes));
-  const int k_tiles =
-      int(std::lround(row.flops() / (double(sms) * F::kFlopsPerTile) / row.reuse)) * row.reuse;
-  flops = double(k_tiles) * sms * F::kFlopsPerTile;
-  bytes = double(k_tiles / row.reuse) * sms * F::kWeightBytes;
-  if (bytes > double(buf.stream_bytes) || F::token_bytes(row.reuse) > buf.fed_token_bytes) {
-    std::fprintf(stderr, "power_roofline: the split mimic of %s T %d needs larger buffers\n",
-                 row.name, row.t);
-    std::exit(1);
-  }
-  return steady(meter, seconds, 1.0, [&] {
-    kernel<<<sms, kThreads, S::kSmemBytes>>>(buf.stream, buf.fed_tokens, row.reuse, k_tiles,
-                                             buf.sink);
-  });
+  return run_ring<N>(fed_split<D, N, GATHER, TS, WS>, Split<N, TS, WS>::kSmemBytes, meter, seconds,
+                     sms, buf, row, flops, bytes);
 }
 
 // The N-row tile's MMAs alone (fed's FIXED), `flops` of them: the run, and the FLOPs done.
