@@ -145,17 +145,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 }
 
-// The fed mimic: the swapped kernel's ring without its epilogue. A producer thread fills each of 4
-// stages with N token rows of a K tile from an L2-resident buffer (one bulk copy: the volume the
-// real producer gathers by cp.async) and 256 weight rows (32 KiB, two 16 KiB bulk copies) from the
-// HBM stream, each weight K tile used for `reuse` token blocks in turn (the second and later from
-// L2, as the tile order walks an expert's row blocks); two consumer warpgroups wait for a stage,
-// multiply it (2 slices of 64 weight rows each, wgmma.m64nNk16) and release it a batch later.
-// FIXED: the same MMAs alone, on two stages filled once (the N-row tile's own multiply ceiling).
-// GATHER: the token rows as the real gate/up producer gathers them: 16-byte cp.async from all 128
-// producer threads, each row's K tile from a row of 7168 elements, arriving on the stage's barrier.
-// How the fed mimic's token rows come: one bulk copy a stage, gathered by cp.async from the
-// producer's 128 threads, or one 128-byte bulk copy a row from warp 1's lanes.
+// How the fed mimics' token rows come: one bulk copy a stage, gathered by cp.async from the
+// producer's threads (as the real gate/up producer does), or one 128-byte bulk copy a row.
 enum TokensBy { kByBulk = 0, kByGather = 1, kByRows = 2 };
 
 template <int N>
@@ -206,6 +197,20 @@ __device__ __forceinline__ void drain_to_sink(float (&acc)[2][N / 2], float* sin
   if (total == 1234.5f) sink[threadIdx.x] = total;
 }
 
+// The fed mimic: the swapped kernel's ring without its epilogue. A producer thread fills each of 4
+// stages with N token rows of a K tile from an L2-resident buffer and 256 weight rows (32 KiB, two
+// 16 KiB bulk copies) from the HBM stream, each weight K tile used for `reuse` token blocks in turn
+// (the second and later from L2, as the tile order walks an expert's row blocks); two consumer
+// warpgroups wait for a stage, multiply it (2 slices of 64 weight rows each, wgmma.m64nNk16) and
+// release it a batch later. The token rows (BY):
+//   kByBulk:   one bulk copy a stage (the volume the real producer gathers);
+//   kByGather: 16-byte cp.async from all 128 producer threads, each row's K tile from a row of
+//              7168 elements at a hashed row of the expert's range, into the 128-byte swizzle,
+//              arriving on the stage's barrier as they land; the consumers' proxy fence after
+//              each wait (the real gate/up kernel's way);
+//   kByRows:   the same rows, one 128-byte bulk copy a row's K tile from warp 1's lanes,
+//              unswizzled (the MMAs' data is not checked).
+// FIXED: the same MMAs alone, on two stages filled once (the N-row tile's own multiply ceiling).
 template <class D, int N, bool FIXED, int BY>
 __global__ void __launch_bounds__(kThreads, 1)
     fed(const char* stream, const char* tokens, int reuse, int k_tiles, float* sink) {
@@ -248,14 +253,11 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int tid = threadIdx.x, chunk = tid % 8;
     const char* mine =
         tokens + size_t(blockIdx.x / 16 % F::kExperts) * reuse * F::kKTiles * F::kTokenBytes;
-    // GATHER: token block b's rows are K = 7168-element rows of the same buffer, row r of the
-    // block at a hashed row of the expert's range (as the real producer's rows of x), 16-byte
-    // chunks by cp.async from all 128 threads into the 128-byte swizzle, arriving on the stage's
-    // barrier as they land.
+    // Gathered rows: row r of token block b at a hashed row of the expert's range, block b's
+    // rows 8 b rows further on.
     constexpr int kRowBytes = F::kKTiles * 128;
     const int pool_rows = reuse * N;  // the expert's range: reuse x N rows of kRowBytes
-    // ROWS: the same rows, one 128-byte bulk copy a row's K tile from warp 1's lanes (row
-    // lane + 32 j), unswizzled (the MMAs' data is not checked).
+    // kByRows: lane l of warp 1 copies rows l + 32 j.
     const char* rows[N / 16];
 #pragma unroll
     for (int j = 0; j < N / 16; ++j) {
