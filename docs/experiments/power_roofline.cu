@@ -159,7 +159,26 @@ struct Fed {
   static constexpr double kFlopsPerTile = 2.0 * 256 * N * 64;
   static constexpr int kKTiles = 112;  // K = 7168 in tiles of 64: a token block's rows
   static constexpr int kExperts = 4;   // distinct experts' token rows, 16 blocks each in turn
+  static constexpr int kRowBytes = kKTiles * 128;  // a gathered token row of 7168 elements
   static size_t token_bytes(int reuse) { return size_t(kExperts) * reuse * kKTiles * kTokenBytes; }
+
+  // This block's expert's range of the token buffer: reuse x N rows of kRowBytes (16 blocks an
+  // expert, kExperts in turn).
+  static __device__ const char* expert_rows(const char* tokens, int reuse) {
+    return tokens + size_t(blockIdx.x / 16 % kExperts) * reuse * kKTiles * kTokenBytes;
+  }
+  // Gathered row r of token block 0 at a hashed row of the range (block b's rows 8 b further on).
+  static __device__ const char* gathered_row(const char* range, unsigned r, int reuse) {
+    return range + size_t((r * 2654435761u >> 7) % unsigned(reuse * N - 8 * reuse)) * kRowBytes;
+  }
+  // K tile kt's offset in a gathered row: block kt % reuse, K tile (kt / reuse) % kKTiles.
+  static __device__ size_t gathered_offset(int kt, int reuse) {
+    return size_t(kt % reuse) * 8 * kRowBytes + size_t(kt / reuse % kKTiles) * 128;
+  }
+  // K tile kt's token tile in the range, one contiguous stage's worth (the bulk loads).
+  static __device__ const char* bulk_tile(const char* range, int kt, int reuse) {
+    return range + (size_t(kt % reuse) * kKTiles + kt / reuse % kKTiles) * kTokenBytes;
+  }
 };
 
 // A consumer warpgroup's K tile in the fed mimics: its two 64-row weight slices against the
@@ -251,20 +270,13 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     if (ROWS && threadIdx.x > 0 && threadIdx.x < 32) return;
     const int tid = threadIdx.x, chunk = tid % 8;
-    const char* mine =
-        tokens + size_t(blockIdx.x / 16 % F::kExperts) * reuse * F::kKTiles * F::kTokenBytes;
-    // Gathered rows: row r of token block b at a hashed row of the expert's range, block b's
-    // rows 8 b rows further on.
-    constexpr int kRowBytes = F::kKTiles * 128;
-    const int pool_rows = reuse * N;  // the expert's range: reuse x N rows of kRowBytes
+    const char* mine = F::expert_rows(tokens, reuse);
     // kByRows: lane l of warp 1 copies rows l + 32 j.
     const char* rows[N / 16];
 #pragma unroll
     for (int j = 0; j < N / 16; ++j) {
       const unsigned r = ROWS ? unsigned(tid - 32 + 32 * j) : unsigned(tid / 8 + 16 * j);
-      rows[j] = mine +
-                size_t((r * 2654435761u >> 7) % unsigned(pool_rows - 8 * reuse)) * kRowBytes +
-                (ROWS ? 0 : chunk * 16);
+      rows[j] = F::gathered_row(mine, r, reuse) + (ROWS ? 0 : chunk * 16);
     }
     for (int kt = 0; kt < k_tiles; ++kt) {
       const int stage = kt % F::kStages;
@@ -274,8 +286,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       if (tid == 0) {
         mbarrier_arrive_expect_tx(full + 8 * stage, GATHER ? F::kWeightBytes : F::kStageBytes);
         if (BY == kByBulk) {
-          bulk_load(dst, mine + (size_t(kt % reuse) * F::kKTiles + w % F::kKTiles) * F::kTokenBytes,
-                    F::kTokenBytes, full + 8 * stage);
+          bulk_load(dst, F::bulk_tile(mine, kt, reuse), F::kTokenBytes, full + 8 * stage);
         }
         const char* weights = stream + (blockIdx.x + size_t(w) * gridDim.x) * F::kWeightBytes;
         for (int half = 0; half < 2; ++half) {
@@ -284,8 +295,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
       }
       if constexpr (GATHER) {
-        // Block kt % reuse: the same rows 8 (kt % reuse) rows further on; K tile w % 112.
-        const size_t at = size_t(kt % reuse) * 8 * kRowBytes + size_t(w % F::kKTiles) * 128;
+        const size_t at = F::gathered_offset(kt, reuse);
 #pragma unroll
         for (int j = 0; j < N / 16; ++j) {
           cp_async_16(dst + swizzle_128b(tid / 8 + 16 * j, chunk), rows[j] + at, true);
@@ -293,7 +303,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         mbarrier_arrive_on_cp_async(full + 8 * stage);
       }
       if (ROWS && tid >= 32) {
-        const size_t at = size_t(kt % reuse) * 8 * kRowBytes + size_t(w % F::kKTiles) * 128;
+        const size_t at = F::gathered_offset(kt, reuse);
 #pragma unroll
         for (int j = 0; j < (N + 31) / 32; ++j) {
           const int r = tid - 32 + 32 * j;
@@ -377,24 +387,18 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     if (threadIdx.x < 32 || (!GATHER && threadIdx.x != 32)) return;
     const int tid = threadIdx.x - 32, chunk = tid % 8;
-    const char* mine =
-        tokens + size_t(blockIdx.x / 16 % F::kExperts) * reuse * F::kKTiles * F::kTokenBytes;
-    constexpr int kRowBytes = F::kKTiles * 128;
-    const int pool_rows = reuse * N;
+    const char* mine = F::expert_rows(tokens, reuse);
     const char* rows[N / 12];
 #pragma unroll
     for (int j = 0; j < N / 12; ++j) {
-      const unsigned r = unsigned(tid / 8 + 12 * j);
-      rows[j] = mine +
-                size_t((r * 2654435761u >> 7) % unsigned(pool_rows - 8 * reuse)) * kRowBytes +
-                chunk * 16;
+      rows[j] = F::gathered_row(mine, unsigned(tid / 8 + 12 * j), reuse) + chunk * 16;
     }
     for (int kt = 0; kt < k_tiles; ++kt) {
-      const int stage = kt % TS, w = kt / reuse;
+      const int stage = kt % TS;
       if (kt >= TS) mbarrier_wait(tempty + 8 * stage, ((kt / TS) & 1) ^ 1);
       const unsigned dst = base + stage * S::kTokenBytes;
       if constexpr (GATHER) {
-        const size_t at = size_t(kt % reuse) * 8 * kRowBytes + size_t(w % F::kKTiles) * 128;
+        const size_t at = F::gathered_offset(kt, reuse);
 #pragma unroll
         for (int j = 0; j < N / 12; ++j) {
           cp_async_16(dst + swizzle_128b(tid / 8 + 12 * j, chunk), rows[j] + at, true);
@@ -402,8 +406,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         mbarrier_arrive_on_cp_async(tfull + 8 * stage);
       } else {
         mbarrier_arrive_expect_tx(tfull + 8 * stage, S::kTokenBytes);
-        bulk_load(dst, mine + (size_t(kt % reuse) * F::kKTiles + w % F::kKTiles) * F::kTokenBytes,
-                  S::kTokenBytes, tfull + 8 * stage);
+        bulk_load(dst, F::bulk_tile(mine, kt, reuse), S::kTokenBytes, tfull + 8 * stage);
       }
     }
     if constexpr (GATHER) cp_async_wait<0>();
