@@ -179,6 +179,19 @@ struct Fed {
   static __device__ const char* bulk_tile(const char* range, int kt, int reuse) {
     return range + (size_t(kt % reuse) * kKTiles + kt / reuse % kKTiles) * kTokenBytes;
   }
+  // K tile kt of the gathered rows into a stage at dst, 16 bytes a thread a row, from THREADS
+  // threads (tid < THREADS): thread tid copies chunk tid % 8 of rows tid / 8 + THREADS / 8 j,
+  // rows[j] already offset by that chunk.
+  template <int THREADS>
+  static __device__ void gather(unsigned dst, const char* const* rows, int kt, int reuse, int tid) {
+    constexpr int kGroups = THREADS / 8;
+    static_assert(N % kGroups == 0, "every gathering thread copies as many rows");
+    const size_t at = gathered_offset(kt, reuse);
+#pragma unroll
+    for (int j = 0; j < N / kGroups; ++j) {
+      cp_async_16(dst + swizzle_128b(tid / 8 + kGroups * j, tid % 8), rows[j] + at, true);
+    }
+  }
 };
 
 // A consumer warpgroup's K tile in the fed mimics: its two 64-row weight slices against the
@@ -295,11 +308,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
       }
       if constexpr (GATHER) {
-        const size_t at = F::gathered_offset(kt, reuse);
-#pragma unroll
-        for (int j = 0; j < N / 16; ++j) {
-          cp_async_16(dst + swizzle_128b(tid / 8 + 16 * j, chunk), rows[j] + at, true);
-        }
+        F::template gather<128>(dst, rows, kt, reuse, tid);
         mbarrier_arrive_on_cp_async(full + 8 * stage);
       }
       if (ROWS && tid >= 32) {
@@ -398,11 +407,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       if (kt >= TS) mbarrier_wait(tempty + 8 * stage, ((kt / TS) & 1) ^ 1);
       const unsigned dst = base + stage * S::kTokenBytes;
       if constexpr (GATHER) {
-        const size_t at = F::gathered_offset(kt, reuse);
-#pragma unroll
-        for (int j = 0; j < N / 12; ++j) {
-          cp_async_16(dst + swizzle_128b(tid / 8 + 12 * j, chunk), rows[j] + at, true);
-        }
+        F::template gather<96>(dst, rows, kt, reuse, tid);
         mbarrier_arrive_on_cp_async(tfull + 8 * stage);
       } else {
         mbarrier_arrive_expect_tx(tfull + 8 * stage, S::kTokenBytes);
