@@ -572,21 +572,22 @@ void run_dtype(const char* dtype, PowerMeter& meter, double idle_w, int sms, dou
   std::printf("  %6.1f pJ/B above idle\n", (alone_b.watts - idle_w) / bw * 1e12);
   std::fflush(stdout);
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  const Run alone_f = measure(0, r_tiles);
-  const double r = double(r_tiles) * sms * kFlopsPerTile * alone_f.bytes_per_s;  // FLOPs a second
-  std::printf("%s multiply alone %9.1f TFLOP/s      ", dtype, r / 1e12);
-  board(alone_f);
-  std::printf("  %6.3f pJ/FLOP above idle\n", (alone_f.watts - idle_w) / r * 1e12);
-  std::fflush(stdout);
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  // The swapped tile's MMAs alone at the row blocks' N (two 64-row slices a warpgroup).
-  const auto fixed_line = [&](int n, const Run& run, double done) {
-    const double rate = done * run.bytes_per_s;
-    std::printf("%s multiply N %3d  %9.1f TFLOP/s      ", dtype, n, rate / 1e12);
+  // A multiply's line: `what` is "alone" or the tile's "N 144 ", `rate` FLOPs a second.
+  const auto multiply_line = [&](const char* what, const Run& run, double rate) {
+    std::printf("%s multiply %s %9.1f TFLOP/s      ", dtype, what, rate / 1e12);
     board(run);
     std::printf("  %6.3f pJ/FLOP above idle\n", (run.watts - idle_w) / rate * 1e12);
     std::fflush(stdout);
     std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  };
+  const Run alone_f = measure(0, r_tiles);
+  const double r = double(r_tiles) * sms * kFlopsPerTile * alone_f.bytes_per_s;  // FLOPs a second
+  multiply_line("alone", alone_f, r);
+  // The swapped tile's MMAs alone at the row blocks' N (two 64-row slices a warpgroup).
+  const auto fixed_line = [&](int n, const Run& run, double done) {
+    char what[16];
+    std::snprintf(what, sizeof(what), "N %3d ", n);
+    multiply_line(what, run, done * run.bytes_per_s);
   };
   if (!fed_only) {
     double done = 0;
