@@ -152,8 +152,17 @@
 #                                                        DeepSeek-V3 T = 1, 8, 64, 512, bf16,
 #                                                        --check; with `big`, also gpumode T = 1,
 #                                                        8, 2048, 8192 and DeepSeek-V3 4096, 16384
+#   docs/experiments/issue6_runs.sh shared-x BUILD A     68: the shared chunks' x rows by TMA
+#                                                        (BUILD, branch shared-x-tma) against A
+#                                                        (main's gather): the swapped and TMA
+#                                                        tiles' case on BUILD, then
+#                                                        scripts/ab_bench A BUILD at gpumode 2048
+#                                                        and 8192 (3 rounds) and DeepSeek-V3 4096
+#                                                        and 16384 (2 rounds), bf16, --check,
+#                                                        then the forward cases with shared
+#                                                        experts on BUILD
 set -u
-mode=${1:?table, carveout, rate-pr, second-t, suite, decode-energy, t512, spread, spread-gm, release, promotion, edge, pairs, persist, persist-y32, trace, stagger, spread-decode, tail-help, rotate, rate, meta, touch, rolled, code, kick, landing, levers or probe-tokens}
+mode=${1:?shared-x, table, carveout, rate-pr, second-t, suite, decode-energy, t512, spread, spread-gm, release, promotion, edge, pairs, persist, persist-y32, trace, stagger, spread-decode, tail-help, rotate, rate, meta, touch, rolled, code, kick, landing, levers or probe-tokens}
 build=${2:?a build directory}
 out=${OUT:-.}
 export RT_MOE_CACHE_DIR=$PWD/$build/kcache
@@ -169,7 +178,8 @@ bench() {  # NAME ARGS...: one bench process, its JSON at $out/NAME.json, its lo
 ab() {  # NAME BUILD_A BUILD_B BENCH ARGS...: scripts/ab_bench, 2 rounds, its logs in one tarball
   local name=$1 a=$2 b=$3
   shift 3
-  OUT=$out/$name timeout 300 scripts/ab_bench --rounds 2 "$a" "$b" -- "$@" > "$out/$name.log" 2>&1
+  OUT=$out/$name timeout 300 scripts/ab_bench --rounds "${AB_ROUNDS:-2}" "$a" "$b" -- "$@" \
+    > "$out/$name.log" 2>&1
   echo "$name rc=$?"
   grep -A20 "B / A" "$out/$name.log"
   grep -ho "check: [A-Z]*" "$out/$name"/ab-*.log | sort | uniq -c
@@ -299,6 +309,14 @@ case "$mode" in
     kill "$monitor"
     summary "$out"/f1.json "$out"/f2.json "$out"/c1.json "$out"/b1.json
     grep -h 'counters at' "$out/bench.log"
+    ;;
+  shared-x)
+    a=${3:?the build to compare with}
+    gpu_tests tiles 150 "$tiles_case"
+    AB_ROUNDS=3 ab gm "$a" "$build" --preset gpumode-moe --dtype bf16 --check --no-power \
+      --tokens 2048,8192
+    ab ds "$a" "$build" --preset deepseek-v3 --dtype bf16 --check --no-power --tokens 4096,16384
+    gpu_tests forward 90 "gpumode shapes*,shared experts off*,small and odd token counts*"
     ;;
   pairs)
     # `pairs BUILD bench`: the timings only
