@@ -175,7 +175,8 @@ bench() {  # NAME ARGS...: one bench process, its JSON at $out/NAME.json, its lo
     >> "$out/bench.log" 2>&1
   echo "$name rc=$? $((SECONDS - start)) s"
 }
-ab() {  # NAME BUILD_A BUILD_B BENCH ARGS...: scripts/ab_bench, 2 rounds, its logs in one tarball
+ab() {  # NAME BUILD_A BUILD_B BENCH ARGS...: scripts/ab_bench, AB_ROUNDS rounds (default 2),
+  # its logs in one tarball
   local name=$1 a=$2 b=$3
   shift 3
   OUT=$out/$name timeout 300 scripts/ab_bench --rounds "${AB_ROUNDS:-2}" "$a" "$b" -- "$@" \
