@@ -161,8 +161,15 @@
 #                                                        and 16384 (2 rounds), bf16, --check,
 #                                                        then the forward cases with shared
 #                                                        experts on BUILD
+#   docs/experiments/issue6_runs.sh stalls BUILD         69: where the expert GEMMs' warps wait at
+#                                                        gpumode 2048 and 8192 and DeepSeek-V3
+#                                                        4096, bf16: ncu WarpStateStats and
+#                                                        SourceCounters over one forward (all 7
+#                                                        kernels), each report's source page split
+#                                                        per kernel; sass_top.py and
+#                                                        sass_regions.py of gate/up and down
 set -u
-mode=${1:?shared-x, table, carveout, rate-pr, second-t, suite, decode-energy, t512, spread, spread-gm, release, promotion, edge, pairs, persist, persist-y32, trace, stagger, spread-decode, tail-help, rotate, rate, meta, touch, rolled, code, kick, landing, levers or probe-tokens}
+mode=${1:?stalls, shared-x, table, carveout, rate-pr, second-t, suite, decode-energy, t512, spread, spread-gm, release, promotion, edge, pairs, persist, persist-y32, trace, stagger, spread-decode, tail-help, rotate, rate, meta, touch, rolled, code, kick, landing, levers or probe-tokens}
 build=${2:?a build directory}
 out=${OUT:-.}
 export RT_MOE_CACHE_DIR=$PWD/$build/kcache
@@ -290,6 +297,47 @@ for path in sys.argv[1:]:
 PY
 }
 case "$mode" in
+  stalls)
+    ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+    for run in "gm2048 gpumode-moe 2048" "gm8192 gpumode-moe 8192" "ds4096 deepseek-v3 4096"; do
+      read -r name preset tokens <<< "$run"
+      start=$SECONDS
+      timeout 150 "$ncu" --clock-control none --profile-from-start off \
+        --section WarpStateStats --section SourceCounters -o "$out/$name" \
+        "$build/tools/rt_moe_bench" --preset "$preset" --dtype bf16 --tokens "$tokens" \
+        --iters 1 --warmup 1 --no-compile-timing --no-launch-timing --no-power --profile \
+        > "$out/$name-ncu.log" 2>&1
+      echo "$name ncu rc=$? $((SECONDS - start)) s"
+      "$ncu" --import "$out/$name.ncu-rep" --page details --csv > "$out/$name-details.csv" 2>&1
+      "$ncu" --import "$out/$name.ncu-rep" --page source --csv --print-source sass \
+        > "$out/$name-sass.csv" 2>&1
+      # The source page holds one table a kernel (a header row with a Source column each):
+      # router, topk, offsets, scatter, gate_up, down, combine.
+      python3 - "$out/$name-sass.csv" "$out/$name" <<'PY'
+import csv, sys
+rows = list(csv.reader(open(sys.argv[1], errors="replace")))
+heads = [i for i, r in enumerate(rows) if any(c.strip() == "Source" for c in r)]
+print(sys.argv[1], "tables", len(heads))
+names = ["router", "topk", "offsets", "scatter", "gate_up", "down", "combine"]
+for k, h in enumerate(heads):
+    end = heads[k + 1] if k + 1 < len(heads) else len(rows)
+    name = names[k] if len(heads) == len(names) else f"k{k}"
+    with open(f"{sys.argv[2]}-{name}.csv", "w", newline="") as f:
+        csv.writer(f).writerows(rows[h:end])
+PY
+      grep -E '"(Duration|Warp Cycles Per Issued Instruction|Issued Warp Per Scheduler)"' \
+        "$out/$name-details.csv" | cut -c1-160
+      for kernel in gate_up down; do
+        [[ -f $out/$name-$kernel.csv ]] || continue
+        echo "== $name $kernel"
+        timeout 60 python3 docs/experiments/sass_regions.py "$out/$name-$kernel.csv" 2>&1 | tail -4
+        timeout 60 python3 docs/experiments/sass_top.py "$out/$name-$kernel.csv" 16 2>&1 \
+          | grep -v '^columns'
+      done
+    done
+    rm -f "$out"/*.ncu-rep
+    tar czf /tmp/stalls.tgz -C "$out" . && rm -f "$out"/*.csv && mv /tmp/stalls.tgz "$out/"
+    ;;
   table)
     dtype=${3:?bf16 or fp16}
     bench "ds-$dtype" --preset deepseek-v3 --dtype "$dtype" --check --tokens 1,8,64,512,4096,16384
