@@ -325,8 +325,6 @@ for k, h in enumerate(heads):
     with open(f"{sys.argv[2]}-{name}.csv", "w", newline="") as f:
         csv.writer(f).writerows(rows[h:end])
 PY
-      grep -E '"(Duration|Warp Cycles Per Issued Instruction|Issued Warp Per Scheduler)"' \
-        "$out/$name-details.csv" | cut -c1-160
       for kernel in gate_up down; do
         [[ -f $out/$name-$kernel.csv ]] || continue
         echo "== $name $kernel"
