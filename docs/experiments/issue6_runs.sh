@@ -168,8 +168,15 @@
 #                                                        kernels), each report's source page split
 #                                                        per kernel; sass_top.py and
 #                                                        sass_regions.py of gate/up and down
+#   docs/experiments/issue6_runs.sh silu BUILD A         70: silu_mul from ex2.approx and
+#                                                        rcp.approx (BUILD, branch fast-silu)
+#                                                        against A (main's): scripts/ab_bench A
+#                                                        BUILD at gpumode 2048 and 8192 and
+#                                                        DeepSeek-V3 1, 8, 4096 and 16384, bf16,
+#                                                        --check, 2 rounds; then the whole GPU
+#                                                        suite on BUILD (300 s)
 set -u
-mode=${1:?stalls, shared-x, table, carveout, rate-pr, second-t, suite, decode-energy, t512, spread, spread-gm, release, promotion, edge, pairs, persist, persist-y32, trace, stagger, spread-decode, tail-help, rotate, rate, meta, touch, rolled, code, kick, landing, levers or probe-tokens}
+mode=${1:?silu, stalls, shared-x, table, carveout, rate-pr, second-t, suite, decode-energy, t512, spread, spread-gm, release, promotion, edge, pairs, persist, persist-y32, trace, stagger, spread-decode, tail-help, rotate, rate, meta, touch, rolled, code, kick, landing, levers or probe-tokens}
 build=${2:?a build directory}
 out=${OUT:-.}
 export RT_MOE_CACHE_DIR=$PWD/$build/kcache
@@ -297,6 +304,13 @@ for path in sys.argv[1:]:
 PY
 }
 case "$mode" in
+  silu)
+    a=${3:?build A: main kernels}
+    ab gm "$a" "$build" --preset gpumode-moe --dtype bf16 --check --no-power --tokens 2048,8192
+    ab ds "$a" "$build" --preset deepseek-v3 --dtype bf16 --check --no-power \
+      --tokens 1,8,4096,16384
+    gpu_tests suite 300
+    ;;
   stalls)
     ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
     for run in "gm2048 gpumode-moe 2048" "gm8192 gpumode-moe 8192" "ds4096 deepseek-v3 4096"; do
