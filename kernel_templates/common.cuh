@@ -139,8 +139,18 @@ __device__ __forceinline__ float round_to(float f) {
 }
 
 // h = SiLU(g) * u = g * sigmoid(g) * u, the gate/up epilogue of every grouped GEMM (the CPU
-// reference uses the same formula).
-__device__ __forceinline__ float silu_mul(float g, float u) { return g / (1.f + __expf(-g)) * u; }
+// reference uses the same formula), from the special-function unit's approximate exp2 and
+// reciprocal, flushing denormals: six instructions an element where `g / (1 + __expf(-g))` took
+// ~17 (the IEEE division's check and slow-path branch, __expf's denormal fix-up; docs/PERF.md 70).
+// Each approximation is within ~2 ulp of fp32, far below the rounding of h to bf16 or fp16. For g
+// below ~-88, exp(-g) is +inf and its reciprocal 0, so h = -0 (SiLU's limit); above ~87 exp(-g)
+// flushes to 0 and h = g u.
+__device__ __forceinline__ float silu_mul(float g, float u) {
+  float e, r;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(g * -1.4426950408889634f));
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(1.f + e));
+  return g * r * u;
+}
 
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
