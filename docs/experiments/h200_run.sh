@@ -1,27 +1,28 @@
 #!/usr/bin/env bash
 # Issue 6's device run on an H200, from the repository root on the GPU host, carrying
-# devrun/m22.tgz (`scripts/ab_prepare --tune --tar main devrun/m22`) and devrun/power_roofline
-# (built by the nvcc line in docs/experiments/power_roofline.cu): on any other GPU it only prints
-# the name and exits 3 (the table's H100 numbers are PERF.md 61a and 62a). On an H200:
+# devrun/$BUILD.tgz (BUILD default m24: `scripts/ab_prepare --tune --tar main devrun/m24`) and
+# devrun/power_roofline (built by the nvcc line in docs/experiments/power_roofline.cu): on any
+# other GPU it only prints the name and exits 3. On an H200:
 # power_roofline (PERF.md 65 on the H200), issue 6's table in bf16 and fp16, then the whole GPU
 # suite for SUITE_S seconds (default 150; 0 skips it). PR_S: power_roofline's seconds a pattern
 # (default 1.5); DTYPES: the table's dtypes (default "bf16 fp16"). Writes under $OUT.
 set -u
 nvidia-smi --query-gpu=name,uuid,power.limit,clocks.max.sm --format=csv,noheader
 nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200 || { echo NOT_H200; exit 3; }
-(cd devrun && tar xzf m22.tgz)
-export RT_MOE_CACHE_DIR=$PWD/devrun/m22/kcache
+build=devrun/${BUILD:-m24}
+tar xzf "$build.tgz" -C devrun
+export RT_MOE_CACHE_DIR=$PWD/$build/kcache
 mkdir -p "$OUT/b" "$OUT/f" "$OUT/s"
 devrun/power_roofline "${PR_S:-1.5}" > "$OUT/pr.log" 2>&1
 cat "$OUT/pr.log"
 for dtype in ${DTYPES:-bf16 fp16}; do
   d=${dtype:0:1}
-  (OUT=$OUT/$d timeout 140 bash docs/experiments/issue6_runs.sh table devrun/m22 "$dtype") \
+  (OUT=$OUT/$d timeout 140 bash docs/experiments/issue6_runs.sh table "$build" "$dtype") \
     > "$OUT/$d.log" 2>&1
   tail -12 "$OUT/$d.log"
 done
 if ((${SUITE_S:-150} > 0)); then
-  OUT=$OUT/s bash docs/experiments/issue6_runs.sh suite devrun/m22 "${SUITE_S:-150}" \
+  OUT=$OUT/s bash docs/experiments/issue6_runs.sh suite "$build" "${SUITE_S:-150}" \
     > "$OUT/s.log" 2>&1
   tail -15 "$OUT/s.log"
 fi
