@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Share of a warp-specialized GEMM's warp samples by region (docs/PERF.md 27d, 28e, 69a): the
-consumers' tile start (from their setmaxnreg to the K loop's first full-barrier wait), main loop
-(to the last `wgmma.wait_group 0` before the producer's setmaxnreg), epilogue (from there to the
+consumers' tile start (from their setmaxnreg to the K loop's first full-barrier wait, less the
+loop head's instructions there), main loop (to the last `wgmma.wait_group 0` before the producer's setmaxnreg), epilogue (from there to the
 producer's setmaxnreg), and the producer; the out-of-line barrier retry loops after the producer's
 EXIT are attributed by their barrier operand. The K loop's full-barrier waits are the consumers'
 barrier waits run at least half as often as the most run one (the TMA tile unrolls its loop by
@@ -46,9 +46,13 @@ most = max(E[i] for i in waits)
 loop_waits = [i for i in waits if E[i] >= most / 2]
 loop_start = loop_waits[0]
 wait0 = max(i for i in range(alloc, dealloc) if "DEPBAR.LE gsb0, 0x0" in ins[i])
-reg = {"prologue": sum(S[:alloc]), "tile start": sum(S[alloc:loop_start]),
-       "main loop": sum(S[loop_start:wait0]), "epilogue": sum(S[wait0:dealloc]),
-       "producer": sum(S[dealloc:exit_ + 1])}
+# The K loop's head (its stage and phase arithmetic) sits before its first wait in the code: an
+# instruction there run at least half as often as that wait is the loop's, not the tile start's.
+head = [i for i in range(alloc, loop_start) if E[i] >= E[loop_start] / 2]
+reg = {"prologue": sum(S[:alloc]),
+       "tile start": sum(S[alloc:loop_start]) - sum(S[i] for i in head),
+       "main loop": sum(S[loop_start:wait0]) + sum(S[i] for i in head),
+       "epilogue": sum(S[wait0:dealloc]), "producer": sum(S[dealloc:exit_ + 1])}
 operand = lambda s: s.split("[")[1].split("]")[0] if "[" in s else ""
 loop_operands = {operand(ins[i]) for i in loop_waits}
 start_operands = {operand(ins[i]) for i in waits if i < loop_start}
