@@ -175,8 +175,15 @@
 #                                                        DeepSeek-V3 1, 8, 4096 and 16384, bf16,
 #                                                        --check, 2 rounds; then the whole GPU
 #                                                        suite on BUILD (300 s)
+#   docs/experiments/issue6_runs.sh kloop BUILD A        71: the swapped K loop per N (BUILD, branch
+#                                                        k-loop-per-n) against A (main's):
+#                                                        scripts/ab_bench A BUILD at gpumode
+#                                                        2048 and 8192 (the TMA tile: a control)
+#                                                        and DeepSeek-V3 512, 4096 and 16384,
+#                                                        bf16, --check, 2 rounds; then the
+#                                                        swapped and TMA tiles' case on BUILD
 set -u
-mode=${1:?silu, stalls, shared-x, table, carveout, rate-pr, second-t, suite, decode-energy, t512, spread, spread-gm, release, promotion, edge, pairs, persist, persist-y32, trace, stagger, spread-decode, tail-help, rotate, rate, meta, touch, rolled, code, kick, landing, levers or probe-tokens}
+mode=${1:?kloop, silu, stalls, shared-x, table, carveout, rate-pr, second-t, suite, decode-energy, t512, spread, spread-gm, release, promotion, edge, pairs, persist, persist-y32, trace, stagger, spread-decode, tail-help, rotate, rate, meta, touch, rolled, code, kick, landing, levers or probe-tokens}
 build=${2:?a build directory}
 out=${OUT:-.}
 export RT_MOE_CACHE_DIR=$PWD/$build/kcache
@@ -304,6 +311,13 @@ for path in sys.argv[1:]:
 PY
 }
 case "$mode" in
+  kloop)
+    a=${3:?build A: main kernels}
+    ab gm "$a" "$build" --preset gpumode-moe --dtype bf16 --check --no-power --tokens 2048,8192
+    ab ds "$a" "$build" --preset deepseek-v3 --dtype bf16 --check --no-power \
+      --tokens 512,4096,16384
+    gpu_tests tiles 200 "$tiles_case"
+    ;;
   silu)
     a=${3:?build A: main kernels}
     ab gm "$a" "$build" --preset gpumode-moe --dtype bf16 --check --no-power --tokens 2048,8192
