@@ -315,7 +315,9 @@ struct GroupedGemmSm90Swap {
                                  int num_blocks, unsigned staging) {
     const GemmParams& g = p.gemm;
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
-    const int group = warp / 4, warp_in_group = warp % 4;
+    // The warpgroup, broadcast from lane 0 so that the compiler knows it warp-uniform: the
+    // slices' descriptors below are then computed in uniform registers (no R2UR a wgmma).
+    const int group = __shfl_sync(0xffffffffu, warp / 4, 0), warp_in_group = warp % 4;
     float* tile_weights = reinterpret_cast<float*>(tile_pairs + TOKENS);
     // This warpgroup's two 64-row weight slices (offsets in the stage's weight tile): gate and up
     // rows of the same 64 columns, or 128 consecutive down rows.
@@ -324,10 +326,6 @@ struct GroupedGemmSm90Swap {
     int stage = 0;
     unsigned phase = 0;
     float acc0[kAcc], acc1[kAcc];
-    auto release_stage = [&](int s) {
-      __syncwarp();
-      if (lane == 0) mbarrier_arrive(empty + 8 * s);
-    };
     for (;;) {
       // The tile comes with its first stage (lane 0 reads the slot; see grouped_gemm_sm90_ws).
       mbarrier_wait(full + 8 * stage, phase);
@@ -355,27 +353,9 @@ struct GroupedGemmSm90Swap {
           tile_weights[r] = pair >= 0 ? pair_weight<K, kSlots, Y>(g, pair) : 0.f;
         }
       }
-      int release = -1;
-      for (int kt = 0; kt < kTiles; ++kt) {
-        if (kt > 0) mbarrier_wait(full + 8 * stage, phase);
-        // Token rows written by cp.async (generic proxy); wgmma reads them through the async
-        // proxy.
-        if (!kTmaTokens) fence_proxy_async();
-        const unsigned token_smem = smem_base + stage * kStageBytes;
-        const unsigned weight_smem = token_smem + kTokenBytes;
-        wgmma_fence();
-        // Commits, and waits until the batch of the previous stage retired: release that stage.
-        mma_k64<TOKENS>(n, acc0, acc1, weight_smem + slice0, weight_smem + slice1, token_smem,
-                        kt > 0);
-        if (release >= 0) release_stage(release);
-        release = stage;
-        if (++stage == STAGES) {
-          stage = 0;
-          phase ^= 1;
-        }
-      }
-      wgmma_wait<0>();
-      release_stage(release);
+      // The tile's K loop for its N, chosen once a tile; returns with every batch retired and
+      // the last stage released.
+      k_loop<TOKENS>(n, acc0, acc1, smem_base, slice0, slice1, full, empty, stage, phase, lane);
       if (MODE == kDown) named_barrier_sync<2, 128 * CONSUMERS>();  // the tile's pairs are in
       if constexpr (kStagedY) {
         const unsigned mine = staging + warp * kStagingWarpBytes;
@@ -399,30 +379,56 @@ struct GroupedGemmSm90Swap {
     }
   }
 
-  // The MMAs of one 64-element K tile: the two weight slices at a0 and a1 against the first n
-  // (= N, found by recursion from TOKENS down) token rows at b, committed as one batch; returns
-  // once the previous batch retired.
+  // A tile's K loop: the two weight slices (at slice0 and slice1 of each stage's weight tile)
+  // against the first n (= N, found by recursion from TOKENS down, once a tile) token rows of
+  // each stage, a batch of 8 wgmma a K tile, committed and waited for one batch later, when the
+  // previous stage is released. The first stage's barrier was waited for with the tile. Each N
+  // has its own loop, so a K tile starts its MMAs with no search for its N after the stage's
+  // wait (docs/PERF.md 71); every batch retires on each N's own path (after the paths join,
+  // ptxas closed them with an empty wgmma group, and the wait for all but the last group then
+  // drained every batch).
   template <int N>
-  static __device__ __forceinline__ void mma_k64(int n, float* acc0, float* acc1, unsigned a0,
-                                                 unsigned a1, unsigned b, bool accumulate) {
+  static __device__ __forceinline__ void k_loop(int n, float* acc0, float* acc1, unsigned smem_base,
+                                                unsigned slice0, unsigned slice1, unsigned full,
+                                                unsigned empty, int& stage, unsigned& phase,
+                                                int lane) {
     if constexpr (N > 8) {
       if (n < N) {
-        mma_k64<N - 8>(n, acc0, acc1, a0, a1, b, accumulate);
+        k_loop<N - 8>(n, acc0, acc1, smem_base, slice0, slice1, full, empty, stage, phase, lane);
         return;
       }
     }
+    int release = -1;
+    for (int kt = 0; kt < kTiles; ++kt) {
+      if (kt > 0) mbarrier_wait(full + 8 * stage, phase);
+      // Token rows written by cp.async (generic proxy); wgmma reads them through the async proxy.
+      if (!kTmaTokens) fence_proxy_async();
+      const unsigned b = smem_base + stage * kStageBytes;
+      const unsigned a0 = b + kTokenBytes + slice0, a1 = b + kTokenBytes + slice1;
+      wgmma_fence();
 #pragma unroll
-    for (int ks = 0; ks < 4; ++ks) {
-      // k16 steps advance 32 bytes inside the swizzled 128-byte rows.
-      const unsigned long long tokens = smem_descriptor(b + ks * 32);
-      const int scale_d = (accumulate || ks > 0) ? 1 : 0;
-      WgmmaTokens<D, N>::mma(acc0, smem_descriptor(a0 + ks * 32), tokens, scale_d);
-      WgmmaTokens<D, N>::mma(acc1, smem_descriptor(a1 + ks * 32), tokens, scale_d);
+      for (int ks = 0; ks < 4; ++ks) {
+        // k16 steps advance 32 bytes inside the swizzled 128-byte rows.
+        const unsigned long long tokens = smem_descriptor(b + ks * 32);
+        const int scale_d = (kt > 0 || ks > 0) ? 1 : 0;
+        WgmmaTokens<D, N>::mma(acc0, smem_descriptor(a0 + ks * 32), tokens, scale_d);
+        WgmmaTokens<D, N>::mma(acc1, smem_descriptor(a1 + ks * 32), tokens, scale_d);
+      }
+      wgmma_commit();
+      wgmma_wait<1>();  // the previous stage's batch retired: release that stage
+      if (release >= 0) {
+        __syncwarp();
+        if (lane == 0) mbarrier_arrive(empty + 8 * release);
+      }
+      release = stage;
+      if (++stage == STAGES) {
+        stage = 0;
+        phase ^= 1;
+      }
     }
-    // Committed and waited for on each N's own path: after the paths join, ptxas closed them with
-    // an empty wgmma group, and the wait for all but the last group then drained every batch.
-    wgmma_commit();
-    wgmma_wait<1>();
+    wgmma_wait<0>();
+    __syncwarp();
+    if (lane == 0) mbarrier_arrive(empty + 8 * release);
   }
 
   // fp32 y (kDown; h and fp16 y leave by store_staged). acc[4 j + v]: weight row `row` (+ 8 for

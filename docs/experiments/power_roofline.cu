@@ -80,7 +80,7 @@ __device__ void stream_through(const char* stream, long long chunks, unsigned ri
 }
 
 // A consumer warpgroup: k_tiles K tiles of 4 MMAs against the two stages in turn, committed as one
-// batch and waited for one batch later (the swapped kernel's mma_k64).
+// batch and waited for one batch later (the swapped kernel's k_loop).
 template <class D>
 __device__ void multiply(int k_tiles, unsigned base, float* sink) {
   const int group = threadIdx.x / 128 - 1;

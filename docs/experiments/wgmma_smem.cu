@@ -85,7 +85,7 @@ __device__ void produce(const char* src, int k_tiles, unsigned base, unsigned fu
 }
 
 // A consumer warpgroup: SLICES 64-row weight slices against the stage's N token rows, 4 k16 steps
-// a K tile, committed as one batch and waited for one batch later (the swapped kernel's mma_k64);
+// a K tile, committed as one batch and waited for one batch later (the swapped kernel's k_loop);
 // then the previous stage released (with "fill", the stage released as it lands, no MMAs).
 template <int N, int SLICES, Mode MODE>
 __device__ void consume(int k_tiles, unsigned base, unsigned full, unsigned empty, unsigned rank,
