@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """Share of a warp-specialized GEMM's warp samples by region (docs/PERF.md 27d, 28e, 69a): the
 consumers' tile start (from their setmaxnreg to the K loop's first full-barrier wait, less the
-loop head's instructions there), main loop (to the last `wgmma.wait_group 0` before the producer's setmaxnreg), epilogue (from there to the
-producer's setmaxnreg), and the producer; the out-of-line barrier retry loops after the producer's
-EXIT are attributed by their barrier operand. The K loop's full-barrier waits are the consumers'
+loop head's instructions there), main loop (to the last `wgmma.wait_group 0` before the
+producer's setmaxnreg), epilogue (from there to the producer's setmaxnreg), and the producer;
+the out-of-line barrier retry loops after the producer's EXIT are attributed by their barrier
+operand. The K loop's full-barrier waits are the consumers'
 barrier waits run at least half as often as the most run one (the TMA tile unrolls its loop by
 two: two such waits); their samples (with their retry loops) are printed apart, as the share of
 the consumers' samples spent waiting for a stage's data. Works on the swapped and the TMA tiles.
@@ -66,9 +67,9 @@ full_wait = sum(with_branch(i) for i in loop_waits)
 # The producer's waits for a free stage (or its tile's turn), in line and in the retry loops.
 producer_wait = sum(with_branch(i) for i in range(dealloc, exit_ + 1) if "SYNCS.PHASECHK" in ins[i])
 i = exit_ + 1
-while i < len(ins):  # the retry loops: a wait and its branch back
+while i < len(ins):  # the retry loops: a wait and its branch back, right after it
     if "SYNCS.PHASECHK" in ins[i]:
-        s = S[i] + (S[i + 1] if i + 1 < len(ins) else 0)
+        s = with_branch(i)
         o = operand(ins[i])
         if o in loop_operands:
             reg["main loop"] += s
