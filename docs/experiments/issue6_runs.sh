@@ -184,13 +184,16 @@
 #                                                        swapped and TMA tiles' case on BUILD
 #   docs/experiments/issue6_runs.sh pfence BUILD A       72: the gathering producer's own proxy
 #                                                        fence (BUILD, branch producer-fence)
-#                                                        against A (main's): the swapped and TMA
-#                                                        tiles' case on BUILD, then
+#                                                        against A (main's); mode depi the same
+#                                                        for 73 (branch down-epi: the swapped down
+#                                                        epilogue's loads once for both slices):
+#                                                        the swapped and TMA tiles' case on BUILD,
+#                                                        then
 #                                                        scripts/ab_bench A BUILD at gpumode
 #                                                        2048 (3 rounds) and DeepSeek-V3 512,
 #                                                        4096 and 16384 (2 rounds), bf16, --check
 set -u
-mode=${1:?pfence, kloop, silu, stalls, shared-x, table, carveout, rate-pr, second-t, suite, decode-energy, t512, spread, spread-gm, release, promotion, edge, pairs, persist, persist-y32, trace, stagger, spread-decode, tail-help, rotate, rate, meta, touch, rolled, code, kick, landing, levers or probe-tokens}
+mode=${1:?pfence, depi, kloop, silu, stalls, shared-x, table, carveout, rate-pr, second-t, suite, decode-energy, t512, spread, spread-gm, release, promotion, edge, pairs, persist, persist-y32, trace, stagger, spread-decode, tail-help, rotate, rate, meta, touch, rolled, code, kick, landing, levers or probe-tokens}
 build=${2:?a build directory}
 out=${OUT:-.}
 export RT_MOE_CACHE_DIR=$PWD/$build/kcache
@@ -318,7 +321,7 @@ for path in sys.argv[1:]:
 PY
 }
 case "$mode" in
-  pfence)
+  pfence | depi)
     a=${3:?build A: main kernels}
     gpu_tests tiles 200 "$tiles_case"
     AB_ROUNDS=3 ab gm "$a" "$build" --preset gpumode-moe --dtype bf16 --check --no-power \
