@@ -227,6 +227,9 @@ struct GroupedGemmSm90Swap {
   static_assert(TOKENS % 16 == 0 && TOKENS >= 16 && TOKENS <= 160,
                 "wgmma N variants of 16 to 160 token rows");
   static_assert(STAGES >= 2, "a ring of at least two stages");
+  // A gathering producer thread arrives on a stage after it issued the next one's copies, which
+  // waits for the release of the stage STAGES - 1 back: with two stages that is the stage itself.
+  static_assert(kTmaTokens || STAGES >= 3, "gathered token rows need a ring of three stages");
   static_assert(kTokenBytes % 1024 == 0, "tiles start 1024-byte aligned for the 128-byte swizzle");
   static_assert(kSmemBytes <= kMaxDynamicSmemSm90, "the ring and the staging fit an SM");
   static_assert(!kStagedY || (H % 8 == 0 && I % 8 == 0),
@@ -235,6 +238,17 @@ struct GroupedGemmSm90Swap {
   static __device__ __forceinline__ BandTile tile_of(const GemmParams& g, int tile, int num_blocks,
                                                      int band) {
     return band_tile(tile, kColBlocks, band, num_blocks, g.block_expert, g.padded_offsets, BLOCK_M);
+  }
+
+  // A gathering producer thread's arrival on a stage's full barrier, once its copies there are
+  // complete (all but the newest PENDING groups) and, by the proxy fence, ordered before the
+  // consumers' wgmma reads (the async proxy): the writer's side of the generic-to-async handoff,
+  // so that the consumers start their MMAs right after their wait (docs/PERF.md 72).
+  template <int PENDING>
+  static __device__ __forceinline__ void arrive_copied(unsigned bar) {
+    cp_async_wait<PENDING>();
+    fence_proxy_async();
+    mbarrier_arrive(bar);
   }
 
   static __device__ void produce(const GemmTmaParams& p, unsigned smem_base, unsigned full,
@@ -280,6 +294,7 @@ struct GroupedGemmSm90Swap {
             MODE == kGateUp ? (long long)(pair / kSlots) * H : (long long)(m0 + r) * I;
         rows[j] = pair >= 0 ? a + row + chunk * 8 : nullptr;
       }
+      int arrive_at = -1;  // gathered token rows: the stage this thread has yet to arrive on
       for (int kt = 0; kt < kTiles; ++kt) {
         mbarrier_wait(empty + 8 * stage, phase ^ 1);
         const unsigned token_smem = smem_base + stage * kStageBytes;
@@ -299,7 +314,13 @@ struct GroupedGemmSm90Swap {
             const bool ok = rows[j] != nullptr;
             cp_async_16(token_smem + swizzle_128b(r, chunk), ok ? rows[j] + kt * BLOCK_K : a, ok);
           }
-          mbarrier_arrive_on_cp_async(bar);
+          // This stage's copies are one group; the previous stage's, complete once at most this
+          // one is in flight, are made visible to wgmma's async proxy and arrived for.
+          cp_async_commit();
+          if (arrive_at >= 0) arrive_copied<1>(full + 8 * arrive_at);
+          arrive_at = stage;
+          // The tile's last stage now, not after the next tile's fetch.
+          if (kt == kTiles - 1) arrive_copied<0>(full + 8 * stage);
         }
         if (++stage == STAGES) {
           stage = 0;
@@ -400,9 +421,9 @@ struct GroupedGemmSm90Swap {
     }
     int release = -1;
     for (int kt = 0; kt < kTiles; ++kt) {
+      // Gathered token rows (cp.async, the generic proxy) were fenced for wgmma's async proxy by
+      // the producer threads that copied them, before their arrivals (arrive_copied).
       if (kt > 0) mbarrier_wait(full + 8 * stage, phase);
-      // Token rows written by cp.async (generic proxy); wgmma reads them through the async proxy.
-      if (!kTmaTokens) fence_proxy_async();
       const unsigned b = smem_base + stage * kStageBytes;
       const unsigned a0 = b + kTokenBytes + slice0, a1 = b + kTokenBytes + slice1;
       wgmma_fence();
