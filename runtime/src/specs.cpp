@@ -107,8 +107,9 @@ long long gate_up_col_blocks(const MoeConfig& c, int block_n) {
 int tile_smem_bytes(const GemmTile& t, YDType y_dtype) {
   if (t.gemv) return t.warps_m * (t.block_m / 8) * 4 * 32 * 4;  // the warps' partial sums
   const int ring = t.stages * (t.block_m + t.block_n) * t.block_k * 2;
-  // + barriers and tile slots, each token row's pair and weight, alignment slack
-  if (t.swap) return ring + t.stages * 20 + 8 + t.block_m * 8 + 1024;
+  // + the consumer warps' staging (1 KB each of warps_m warpgroups: h, 16-bit y), barriers and
+  // tile slots, each token row's pair and weight, alignment slack
+  if (t.swap) return ring + t.warps_m * 4 * 1024 + t.stages * 20 + 8 + t.block_m * 8 + 1024;
   // + full/empty barriers, the pairs' tile-ready/free barriers, tile and broadcast slots, slack
   const auto ws_bytes = [&](int stages, int staging) {
     return stages * (t.block_m + t.block_n) * t.block_k * 2 + staging + 2 * stages * 8 + 4 * 8 +
