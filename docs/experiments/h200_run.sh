@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Issue 6's device run on an H200, from the repository root on the GPU host, carrying
-# devrun/$BUILD.tgz (BUILD default m25: `scripts/ab_prepare --tune --tar main devrun/m25`) and
+# devrun/$BUILD.tgz (BUILD default m26: `scripts/ab_prepare --tune --tar main devrun/m26`) and
 # devrun/power_roofline (built by the nvcc line in docs/experiments/power_roofline.cu): on any
 # other GPU it only prints the name and exits 3. On an H200:
 # power_roofline (PERF.md 65 on the H200), issue 6's table in bf16 and fp16, then the whole GPU
@@ -9,7 +9,7 @@
 set -u
 nvidia-smi --query-gpu=name,uuid,power.limit,clocks.max.sm --format=csv,noheader
 nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200 || { echo NOT_H200; exit 3; }
-build=devrun/${BUILD:-m25}
+build=devrun/${BUILD:-m26}
 tar xzf "$build.tgz" -C devrun
 export RT_MOE_CACHE_DIR=$PWD/$build/kcache
 mkdir -p "$OUT/b" "$OUT/f" "$OUT/s"
