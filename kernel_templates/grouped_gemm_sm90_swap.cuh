@@ -12,8 +12,10 @@
 // consumer warpgroups and a tile of 256 weight rows x TOKENS token rows:
 //   - the producer loads the weight tile (two 128-row boxes, TMA, 128-byte swizzle) and the token
 //     rows by cp.async from all 128 threads: gathered x rows (kGateUp) or the h rows of the block
-//     (kDown), rows past the expert's last row zero-filled; except in the down GEMM of tiles of
-//     128 token rows or more (kTmaTokens), where the block's TOKENS consecutive h rows are one
+//     (kDown), rows past the expert's last row zero-filled, each thread arriving for a stage's
+//     copies a stage later, once they are complete and fenced for wgmma (arrive_copied,
+//     docs/PERF.md 72: 1.7-2.9% off gpumode bench 1 on an H100); except in the down GEMM of tiles
+//     of 128 token rows or more (kTmaTokens), where the block's TOKENS consecutive h rows are one
 //     more TMA box (the map GemmTmaParams::a), rows past the block's tokens holding whatever h
 //     holds there, which only the MMA columns of tokens that are never stored read (H200,
 //     docs/PERF.md 34: 0.6-0.7% faster at DeepSeek-V3 T = 4096 and 16384 and at gpumode bench 1;
