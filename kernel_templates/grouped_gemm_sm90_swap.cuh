@@ -439,10 +439,7 @@ struct GroupedGemmSm90Swap {
       }
       wgmma_commit();
       wgmma_wait<1>();  // the previous stage's batch retired: release that stage
-      if (release >= 0) {
-        __syncwarp();
-        if (lane == 0) mbarrier_arrive(empty + 8 * release);
-      }
+      if (release >= 0) release_stage(empty, release, lane);
       release = stage;
       if (++stage == STAGES) {
         stage = 0;
@@ -450,8 +447,13 @@ struct GroupedGemmSm90Swap {
       }
     }
     wgmma_wait<0>();
+    release_stage(empty, release, lane);
+  }
+
+  // A consumer warp's release of stage s, once its MMAs there retired: one arrival a warp.
+  static __device__ __forceinline__ void release_stage(unsigned empty, int s, int lane) {
     __syncwarp();
-    if (lane == 0) mbarrier_arrive(empty + 8 * release);
+    if (lane == 0) mbarrier_arrive(empty + 8 * s);
   }
 
   // fp32 y (kDown; h and fp16 y leave by store_staged). acc[4 j + v]: weight row `row` (+ 8 for
