@@ -167,7 +167,9 @@
 #                                                        SourceCounters over one forward (all 7
 #                                                        kernels), each report's source page split
 #                                                        per kernel; sass_top.py and
-#                                                        sass_regions.py of gate/up and down
+#                                                        sass_regions.py of gate/up and down;
+#                                                        STALLS="ds16384:deepseek-v3:16384 ..."
+#                                                        picks the rows (NAME:PRESET:T)
 #   docs/experiments/issue6_runs.sh silu BUILD A         70: silu_mul from ex2.approx and
 #                                                        rcp.approx (BUILD, branch fast-silu)
 #                                                        against A (main's): scripts/ab_bench A
@@ -361,8 +363,9 @@ case "$mode" in
     ;;
   stalls)
     ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
-    for run in "gm2048 gpumode-moe 2048" "gm8192 gpumode-moe 8192" "ds4096 deepseek-v3 4096"; do
-      read -r name preset tokens <<< "$run"
+    # STALLS: the rows, NAME:PRESET:T, e.g. "ds16384:deepseek-v3:16384" (72's open question).
+    for run in ${STALLS:-gm2048:gpumode-moe:2048 gm8192:gpumode-moe:8192 ds4096:deepseek-v3:4096}; do
+      IFS=: read -r name preset tokens <<< "$run"
       start=$SECONDS
       timeout 150 "$ncu" --clock-control none --profile-from-start off \
         --section WarpStateStats --section SourceCounters -o "$out/$name" \
