@@ -2,9 +2,8 @@
 # One device call for issue 6 (planned in session 76), from the repository root on the GPU host,
 # carrying devrun/m26.tgz (main's kernels: `scripts/ab_prepare --tune --tar main devrun/m26`) and
 # devrun/wf1.tgz (version 74, branch ws-producer-fence: `scripts/ab_prepare --tune --tar
-# ws-producer-fence devrun/wf1`; where the branch is missing, make it from the patch first: `git
-# worktree add -b ws-producer-fence /tmp/wf 12a7d41 && git -C /tmp/wf am
-# $PWD/docs/experiments/ws_producer_fence.patch`). Whatever GPU comes, the call goes to what that GPU can answer,
+# ws-producer-fence devrun/wf1`), both made here by docs/experiments/issue6_prepare.sh (which
+# makes the branch from docs/experiments/ws_producer_fence.patch where it is missing). Whatever GPU comes, the call goes to what that GPU can answer,
 # the most needed first, each step bounded by the seconds left of LIMIT (default 570):
 #   - an H200: issue 6's table in bf16 at main's kernels, version 74's A/B (issue6_runs.sh
 #     wsfence: the tiles' GPU case on wf1, ab_bench at gpumode 8192 and 2048, the forward cases),
