@@ -3,8 +3,9 @@
 # carrying devrun/m26.tgz (main's kernels: `scripts/ab_prepare --tune --tar main devrun/m26`) and
 # devrun/wf1.tgz (version 74, branch ws-producer-fence: `scripts/ab_prepare --tune --tar
 # ws-producer-fence devrun/wf1`), both made here by docs/experiments/issue6_prepare.sh (which
-# makes the branch from docs/experiments/ws_producer_fence.patch where it is missing). Whatever GPU comes, the call goes to what that GPU can answer,
-# the most needed first, each step bounded by the seconds left of LIMIT (default 570):
+# makes the branch from docs/experiments/ws_producer_fence.patch where it is missing). Whatever
+# GPU comes, the call goes to what that GPU can answer, the most needed first, each step bounded by
+# the seconds left of LIMIT (default 570):
 #   - an H200: issue 6's table in bf16 at main's kernels, version 74's A/B (issue6_runs.sh
 #     wsfence: the tiles' GPU case on wf1, ab_bench at gpumode 8192 and 2048, the forward cases),
 #     the table in fp16, then the whole GPU suite on m26 for what is left;
