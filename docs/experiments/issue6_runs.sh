@@ -194,6 +194,14 @@
 #                                                        scripts/ab_bench A BUILD at gpumode
 #                                                        2048 (3 rounds) and DeepSeek-V3 512,
 #                                                        4096 and 16384 (2 rounds), bf16, --check
+#   docs/experiments/issue6_runs.sh downeven BUILD A     74d: the TMA tile's down K loop without
+#                                                        branches (BUILD, branch ws-down-even)
+#                                                        against A (version 74): the TMA tiles'
+#                                                        case on BUILD, scripts/ab_bench A BUILD
+#                                                        at gpumode 8192 and 2048 (a control),
+#                                                        bf16, 3 rounds, and 8192 in fp16, 2
+#                                                        rounds, --check; then the gpumode, small
+#                                                        and shared-off forward cases on BUILD
 #   docs/experiments/issue6_runs.sh wsfence BUILD A      74: the same fence in the TMA tile's
 #                                                        gate/up (BUILD, branch ws-producer-fence)
 #                                                        against A: the swapped and TMA tiles'
@@ -203,7 +211,7 @@
 #                                                        rounds, --check; then the gpumode, small
 #                                                        and shared-off forward cases on BUILD
 set -u
-mode=${1:?wsfence, pfence, depi, kloop, silu, stalls, shared-x, table, carveout, rate-pr, second-t, suite, decode-energy, t512, spread, spread-gm, release, promotion, edge, pairs, persist, persist-y32, trace, stagger, spread-decode, tail-help, rotate, rate, meta, touch, rolled, code, kick, landing, levers or probe-tokens}
+mode=${1:?wsfence, downeven, pfence, depi, kloop, silu, stalls, shared-x, table, carveout, rate-pr, second-t, suite, decode-energy, t512, spread, spread-gm, release, promotion, edge, pairs, persist, persist-y32, trace, stagger, spread-decode, tail-help, rotate, rate, meta, touch, rolled, code, kick, landing, levers or probe-tokens}
 build=${2:?a build directory}
 out=${OUT:-.}
 export RT_MOE_CACHE_DIR=$PWD/$build/kcache
@@ -341,6 +349,14 @@ case "$mode" in
     ;;
   wsfence)  # PERF.md 74: the TMA tile's gathering producer fences its own copies (BUILD) against A
     a=${3:?build A: main kernels}
+    gpu_tests tiles 200 "$tiles_case"
+    AB_ROUNDS=3 ab gm "$a" "$build" --preset gpumode-moe --dtype bf16 --check --no-power \
+      --tokens 8192,2048
+    ab gm16 "$a" "$build" --preset gpumode-moe --dtype fp16 --check --no-power --tokens 8192
+    gpu_tests forward 90 "gpumode shapes*,shared experts off*,small and odd token counts*"
+    ;;
+  downeven)  # PERF.md 74d: the TMA tile's down K loop with no branch (BUILD) against A (74)
+    a=${3:?build A: version 74}
     gpu_tests tiles 200 "$tiles_case"
     AB_ROUNDS=3 ab gm "$a" "$build" --preset gpumode-moe --dtype bf16 --check --no-power \
       --tokens 8192,2048
