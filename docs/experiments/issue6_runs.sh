@@ -347,16 +347,8 @@ case "$mode" in
     ab ds "$a" "$build" --preset deepseek-v3 --dtype bf16 --check --no-power \
       --tokens 512,4096,16384
     ;;
-  wsfence)  # PERF.md 74: the TMA tile's gathering producer fences its own copies (BUILD) against A
-    a=${3:?build A: main kernels}
-    gpu_tests tiles 200 "$tiles_case"
-    AB_ROUNDS=3 ab gm "$a" "$build" --preset gpumode-moe --dtype bf16 --check --no-power \
-      --tokens 8192,2048
-    ab gm16 "$a" "$build" --preset gpumode-moe --dtype fp16 --check --no-power --tokens 8192
-    gpu_tests forward 90 "gpumode shapes*,shared experts off*,small and odd token counts*"
-    ;;
-  downeven)  # PERF.md 74d: the TMA tile's down K loop with no branch (BUILD) against A (74)
-    a=${3:?build A: version 74}
+  wsfence | downeven)  # PERF.md 74 (BUILD) against main (A); 74d (BUILD) against 74 (A)
+    a=${3:?build A}
     gpu_tests tiles 200 "$tiles_case"
     AB_ROUNDS=3 ab gm "$a" "$build" --preset gpumode-moe --dtype bf16 --check --no-power \
       --tokens 8192,2048
