@@ -196,12 +196,7 @@
 #                                                        4096 and 16384 (2 rounds), bf16, --check
 #   docs/experiments/issue6_runs.sh downeven BUILD A     74d: the TMA tile's down K loop without
 #                                                        branches (BUILD, branch ws-down-even)
-#                                                        against A (version 74): the TMA tiles'
-#                                                        case on BUILD, scripts/ab_bench A BUILD
-#                                                        at gpumode 8192 and 2048 (a control),
-#                                                        bf16, 3 rounds, and 8192 in fp16, 2
-#                                                        rounds, --check; then the gpumode, small
-#                                                        and shared-off forward cases on BUILD
+#                                                        against A (version 74), by wsfence's steps
 #   docs/experiments/issue6_runs.sh wsfence BUILD A      74: the same fence in the TMA tile's
 #                                                        gate/up (BUILD, branch ws-producer-fence)
 #                                                        against A: the swapped and TMA tiles'
